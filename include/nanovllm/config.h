@@ -1,0 +1,29 @@
+#pragma once
+// Engine settings; the names mirror nano-vLLM's Config (and vLLM's engine arguments).
+#include <cstdint>
+#include <string>
+
+namespace nanovllm {
+
+struct EngineConfig {
+  std::string model;                   // Hugging Face model folder
+  std::string device = "auto";         // auto | cpu | cuda
+  int max_num_batched_tokens = 16384;  // tokens computed in one step at most
+  int max_num_seqs = 512;              // sequences in one step at most
+  int max_model_len = 4096;            // prompt + output tokens of one sequence at most
+  float gpu_memory_utilization = 0.9f;
+  int tensor_parallel_size = 1;
+  bool enforce_eager = false;          // no CUDA graphs
+  int kvcache_block_size = 256;        // tokens per KV block: a power of two, 16..256
+  int num_kvcache_blocks = -1;         // -1 = size from memory
+  double cpu_kvcache_space_gib = 4.0;  // CPU backend: KV cache budget (vLLM's VLLM_CPU_KVCACHE_SPACE)
+  bool enable_prefix_caching = true;
+  bool load_dummy_weights = false;     // random weights from config.json alone (vLLM's load_format=dummy)
+  uint64_t seed = 0;                   // dummy weights and requests without a seed of their own
+  bool show_progress = true;           // progress bar of LLM::generate on stderr
+
+  // Throws InvalidInput naming the first bad setting.
+  void validate() const;
+};
+
+}  // namespace nanovllm

@@ -1,0 +1,97 @@
+#pragma once
+// The small op set the Qwen3 model is written over. Two implementations: cpu/ (fp32, the numerical reference)
+// and cuda/ (bf16). Every tensor passed in lives in this backend's memory; activations and weights are in
+// compute_dtype() unless a comment says otherwise; index tensors are I32. Shapes: T tokens of the step,
+// H hidden size, nh / nkv query / KV heads, d head_dim, I intermediate size, V vocab, R logits rows.
+// Ops are enqueued in order (the CUDA backend on one stream); call synchronize() before reading results.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/tensor.h"
+
+namespace nanovllm {
+
+// Which tokens attend to what, for one step. Sequence s owns query rows [cu_seqlens_q[s], cu_seqlens_q[s+1])
+// and has seq_lens_k[s] tokens in the cache after this step's K/V were written. Its query row i (0-based
+// within the sequence) is at position seq_lens_k[s] - q_len + i and attends causally to keys [0, that position].
+// Key j of sequence s lives in cache block block_tables[s * max_blocks_per_seq + j / block_size], offset
+// j % block_size. Entries past a sequence's blocks are -1.
+struct AttentionBatch {
+  Tensor cu_seqlens_q;  // I32 [num_seqs + 1]
+  Tensor seq_lens_k;    // I32 [num_seqs]
+  Tensor block_tables;  // I32 [num_seqs, max_blocks_per_seq]
+  int num_seqs = 0;
+  int max_seqlen_q = 0;  // upper bounds, for grid sizing
+  int max_seqlen_k = 0;
+  int max_blocks_per_seq = 0;
+  int block_size = 0;
+  bool decode_only = false;  // every sequence has exactly one query row
+};
+
+// The paged cache of one layer: [num_blocks, block_size, nkv, d] for K and for V, in compute_dtype().
+struct KvCacheLayer {
+  Tensor k;
+  Tensor v;
+};
+
+// Per-row sampling controls, one row per logits row that samples.
+struct SamplerInputs {
+  Tensor temperature;  // F32 [R]; 0 = greedy (argmax, lowest index on ties)
+  Tensor top_k;        // I32 [R]; <= 0 = off
+  Tensor top_p;        // F32 [R]; 1 = off
+  Tensor min_p;        // F32 [R]; 0 = off
+  Tensor seed;         // I64 [R]; the request's seed
+  Tensor step;         // I32 [R]; position of the token being sampled (a fresh random stream per step)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;            // "cpu" or "cuda:<device name>"
+  virtual DType compute_dtype() const = 0;         // F32 on cpu, BF16 on cuda
+  virtual Buffer allocate(size_t bytes) = 0;       // uninitialised memory of this backend
+  virtual void upload(const void* host, void* dst, size_t bytes) = 0;
+  virtual void download(const void* src, void* host, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  // Copies numel host elements of src_dtype (F32, BF16 or F16) into dst, converting to compute_dtype().
+  virtual void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) = 0;
+
+  // out[t] = table[ids[t]]. ids are already range-checked by the engine.
+  virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+  // out = x / rms(x) * weight, per row; x [T, H].
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
+  // residual += x; out = rms_norm(residual) * weight. Fused because both are memory-bound.
+  virtual void add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) = 0;
+  // out [T, N] = x [T, K] · weight [N, K]^T (+ bias [N] when not empty). out may be F32 with bf16 x/weight
+  // (the lm_head's logits); otherwise out is compute_dtype().
+  virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) = 0;
+  // qkv [T, (nh + 2 nkv) d] is split into q, k, v; q and k get the per-head RMSNorm (when q_norm / k_norm
+  // are not empty; Qwen2 has none) and rotary embedding (NeoX halves: x1 = x[:d/2], x2 = x[d/2:]) with
+  // rope [max_pos, d] F32 holding cos in [:, :d/2] and sin in [:, d/2:]. q goes to q_out [T, nh d];
+  // k and v go to cache slot slot_mapping[t] (block * block_size + offset; -1 = skip).
+  virtual void qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
+                                  const Tensor& positions, const Tensor& rope, const Tensor& slot_mapping,
+                                  int num_heads, int num_kv_heads, int head_dim, KvCacheLayer& cache,
+                                  Tensor& q_out) = 0;
+  // Causal attention of q [T, nh d] over the paged cache; out [T, nh d]. GQA: query head h reads KV head
+  // h / (nh / nkv).
+  virtual void paged_attention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
+                               int num_heads, int num_kv_heads, int head_dim, float scale, Tensor& out) = 0;
+  // out [T, I] = silu(gate_up[:, :I]) * gate_up[:, I:].
+  virtual void silu_and_mul(const Tensor& gate_up, Tensor& out) = 0;
+  // out [R, H] = x[rows[r]].
+  virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
+
+  // Samples one token per row of logits F32 [R, V] into token_ids I32 [R]. Order of filters: temperature,
+  // min_p, top_k, top_p (keeps the smallest prefix of tokens sorted by probability whose mass reaches top_p,
+  // at least one), then Gumbel-max with noise from philox_uniform(seed, step, token).
+  virtual void sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) = 0;
+  // Log-softmax of the raw logits F32 [R, V]: target_logprob F32 [R] = logprob of targets[r]; when k > 0,
+  // top_ids I32 [R, k] and top_logprobs F32 [R, k] hold the k largest, descending (lowest id first on ties).
+  virtual void logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob,
+                        Tensor& top_ids, Tensor& top_logprobs) = 0;
+};
+
+}  // namespace nanovllm
