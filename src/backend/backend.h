@@ -45,9 +45,26 @@ struct SamplerInputs {
   Tensor step;         // I32 [R]; position of the token being sampled (a fresh random stream per step)
 };
 
+// The largest step the runner will ever ask for; backends size their workspaces from it once, up front
+// (no allocation may happen later: CUDA graphs replay fixed addresses).
+struct BackendLimits {
+  int max_num_tokens = 0;     // tokens of one step (max_num_batched_tokens)
+  int max_num_seqs = 0;       // sequences of one step
+  int max_model_len = 0;      // keys of one sequence
+  int max_logits_rows = 0;    // rows reaching the lm_head in one step
+  int num_heads = 0;          // query heads (of this rank)
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int vocab_size = 0;
+  int max_logprobs = 20;      // largest k of logprobs / prompt_logprobs
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // Called once before the first op; the CPU backend may ignore it.
+  virtual void reserve(const BackendLimits& limits) { (void)limits; }
 
   virtual std::string name() const = 0;            // "cpu" or "cuda:<device name>"
   virtual DType compute_dtype() const = 0;         // F32 on cpu, BF16 on cuda

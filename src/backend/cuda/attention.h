@@ -1,0 +1,43 @@
+#pragma once
+// Paged attention kernels (bf16 in/out, fp32 math). Host-side launchers; everything is enqueued on `stream`
+// and reads lengths from device memory only, so a launch can be captured in a CUDA graph and replayed with
+// other lengths up to the bounds it was launched with. Layout and semantics: see AttentionBatch and
+// KvCacheLayer in backend/backend.h (cache [num_blocks, block_size, nkv, d]; q/out [T, nh * d]).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace nanovllm::cuda {
+
+struct PagedAttentionArgs {
+  const __nv_bfloat16* q = nullptr;      // [T, nh * d]
+  const __nv_bfloat16* k_cache = nullptr;
+  const __nv_bfloat16* v_cache = nullptr;
+  const int* cu_seqlens_q = nullptr;     // [num_seqs + 1]
+  const int* seq_lens_k = nullptr;       // [num_seqs]
+  const int* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
+  __nv_bfloat16* out = nullptr;          // [T, nh * d]
+  int num_seqs = 0;
+  int max_seqlen_q = 0;                  // bounds used to size the grid
+  int max_seqlen_k = 0;
+  int max_blocks_per_seq = 0;
+  int block_size = 0;                    // 16..256, power of two
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;                      // 64 or 128 (others: EngineError)
+  float scale = 1.0f;
+};
+
+// Workspace (bytes) the split-KV decode needs for these bounds; the caller allocates it once.
+size_t decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_seqlen_k);
+
+// q_len == 1 for every sequence: split-KV (flash-decoding), one CTA per (sequence, KV head, KV chunk)
+// computing all query heads of the GQA group, then a merge pass.
+void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream);
+
+// Any q_len (prefill, chunked prefill, prefix-cache hits): causal, varlen, tensor-core MMA tiles.
+void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream);
+
+}  // namespace nanovllm::cuda
