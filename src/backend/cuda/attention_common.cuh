@@ -1,0 +1,79 @@
+#pragma once
+// Shared by the decode and prefill attention kernels: argument checks, launch checks, 16-byte bf16 vectors.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/attention.h"
+#include "common/error.h"
+
+namespace nanovllm::cuda::attention_detail {
+
+// After each launch: a bad configuration (or a sticky error of earlier work) becomes an EngineError.
+inline void check_launch(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    throw EngineError(std::string("attention kernel ") + kernel + " failed to launch: " + cudaGetErrorName(err) +
+                      " (" + cudaGetErrorString(err) + ")");
+  }
+}
+
+inline void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw EngineError(std::string(what) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
+                      ")");
+  }
+}
+
+inline int log2_exact(int x) {
+  int s = 0;
+  while ((1 << s) < x) ++s;
+  return s;
+}
+
+// Everything the kernels assume about the arguments, checked on the host before any launch.
+inline void validate_args(const PagedAttentionArgs& a, const char* who) {
+  const std::string w(who);
+  if (a.head_dim != 64 && a.head_dim != 128)
+    throw EngineError(w + ": head_dim " + std::to_string(a.head_dim) + " is not supported (64 or 128)");
+  if (a.block_size < 16 || a.block_size > 256 || (a.block_size & (a.block_size - 1)) != 0)
+    throw EngineError(w + ": block_size " + std::to_string(a.block_size) + " must be a power of two in 16..256");
+  if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
+    throw EngineError(w + ": num_heads " + std::to_string(a.num_heads) + " is not a multiple of num_kv_heads " +
+                      std::to_string(a.num_kv_heads));
+  if (a.num_seqs < 0 || a.max_seqlen_q < 0 || a.max_seqlen_k < 0 || a.max_blocks_per_seq < 0)
+    throw EngineError(w + ": negative batch bound");
+  if (static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size < a.max_seqlen_k)
+    throw EngineError(w + ": max_seqlen_k " + std::to_string(a.max_seqlen_k) + " exceeds max_blocks_per_seq " +
+                      std::to_string(a.max_blocks_per_seq) + " x block_size " + std::to_string(a.block_size));
+  if (a.num_seqs > 0 && (!a.q || !a.k_cache || !a.v_cache || !a.cu_seqlens_q || !a.seq_lens_k ||
+                         !a.block_tables || !a.out))
+    throw EngineError(w + ": null pointer argument");
+  const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
+  if (misaligned(a.q) || misaligned(a.k_cache) || misaligned(a.v_cache) || misaligned(a.out))
+    throw EngineError(w + ": q, k_cache, v_cache and out must be 16-byte aligned");
+}
+
+// Eight bf16 values: one 16-byte load or store.
+__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Read-only, 16 bytes, through the non-coherent path: the cache is written by an earlier kernel only.
+__device__ __forceinline__ uint4 load_16b(const __nv_bfloat16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+}  // namespace nanovllm::cuda::attention_detail

@@ -1,0 +1,329 @@
+// Decode attention (one query row per sequence) over the paged cache: split-KV flash-decoding.
+//
+// Grid (num_seqs, num_kv_heads, num_splits). One CTA of 128 threads owns one KV head of one sequence and one
+// chunk of its keys, and computes every query head of that GQA group, so each K/V byte is read from memory
+// once per step. Inside the CTA, D/8 consecutive lanes share a key (one 16-byte vector of 8 bf16 each); the
+// CTA's "token groups" each walk their own keys with an fp32 online softmax, and merge through shared memory at
+// the end. With one split the CTA writes the bf16 output; otherwise it writes a normalised partial (acc/l) plus
+// (max, sum) to the workspace and decode_merge_kernel combines the splits.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/attention_decode_plan.cuh"
+
+namespace nanovllm::cuda {
+namespace {
+
+using namespace attention_detail;
+
+constexpr int kDecodeThreads = 128;
+
+// Split CTA. D: head_dim; G: query heads per KV head, padded up (heads >= the real group size are computed on
+// zero queries and never written).
+template <int D, int G>
+__global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAttentionArgs a, int num_splits,
+                                                                      int chunk, float* ws_acc, float* ws_ml) {
+  constexpr int kLanes = D / 8;                         // lanes per key: one 16-byte vector each
+  constexpr int kGroups = kDecodeThreads / kLanes;      // token groups per CTA
+  constexpr int kUnroll = G >= 8 ? 2 : 4;               // keys per group per iteration (loads in flight)
+  constexpr int kTileKeys = kGroups * kUnroll;
+
+  __shared__ __align__(16) float sm_acc[kGroups][G][D];
+  __shared__ float sm_max[kGroups][G];
+  __shared__ float sm_sum[kGroups][G];
+
+  const int seq = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int split = blockIdx.z;
+  const int q_begin = a.cu_seqlens_q[seq];
+  const int q_len = a.cu_seqlens_q[seq + 1] - q_begin;
+  if (q_len <= 0) return;  // padding sequence: no row to write
+  const int row = q_begin + q_len - 1;
+  const int seq_len = a.seq_lens_k[seq];
+  const int kv_begin = split * chunk;
+  const int kv_end = min(kv_begin + chunk, seq_len);
+  const int group_size = a.num_heads / a.num_kv_heads;
+  const int head0 = kv_head * group_size;
+  const int tid = threadIdx.x;
+  const size_t ws_base = (static_cast<size_t>(seq) * a.num_heads + head0) * num_splits + split;
+
+  if (num_splits > 1 && kv_begin >= kv_end) {  // past this sequence's end: mark empty (sum 0) and leave
+    if (tid < group_size) {
+      ws_ml[2 * (ws_base + static_cast<size_t>(tid) * num_splits)] = -INFINITY;
+      ws_ml[2 * (ws_base + static_cast<size_t>(tid) * num_splits) + 1] = 0.f;
+    }
+    return;
+  }
+
+  const int lane_in_group = tid % kLanes;
+  const int group = tid / kLanes;
+
+  // Queries, pre-scaled so that scores are in log2 units (exp2 instead of exp).
+  const float q_scale = a.scale * kLog2e;
+  float q[G][8];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    if (h < group_size) {
+      const uint4 raw = load_16b(a.q + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D +
+                                 lane_in_group * 8);
+      bf16x8_to_float(raw, q[h]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[h][i] *= q_scale;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[h][i] = 0.f;
+    }
+  }
+
+  float run_max[G], run_sum[G], acc[G][8];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    run_max[h] = -INFINITY;
+    run_sum[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[h][i] = 0.f;
+  }
+
+  const size_t slot_stride = static_cast<size_t>(a.num_kv_heads) * D;  // elements between consecutive slots
+  const size_t head_offset = static_cast<size_t>(kv_head) * D + lane_in_group * 8;
+  const int* table = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
+  const int block_shift = __ffs(a.block_size) - 1;
+  const int block_mask = a.block_size - 1;
+
+  for (int tile = kv_begin; tile < kv_end; tile += kTileKeys) {
+    // Issue every load of the iteration before the first use.
+    uint4 k_raw[kUnroll], v_raw[kUnroll];
+    bool valid[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int key = tile + group * kUnroll + u;
+      valid[u] = key < kv_end;
+      if (valid[u]) {
+        const int block = __ldg(table + (key >> block_shift));
+        const size_t offset = (static_cast<size_t>(block) * a.block_size + (key & block_mask)) * slot_stride +
+                              head_offset;
+        k_raw[u] = load_16b(a.k_cache + offset);
+        v_raw[u] = load_16b(a.v_cache + offset);
+      } else {
+        k_raw[u] = make_uint4(0, 0, 0, 0);
+        v_raw[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+
+    // Scores: partial dot products over this lane's 8 dims, summed over the key's lanes.
+    float score[kUnroll][G];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float k[8];
+      bf16x8_to_float(k_raw[u], k);
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s = fmaf(q[h][i], k[i], s);
+        score[u][h] = s;
+      }
+    }
+#pragma unroll
+    for (int offset = kLanes / 2; offset >= 1; offset /= 2) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int h = 0; h < G; ++h) score[u][h] += __shfl_xor_sync(0xffffffffu, score[u][h], offset);
+      }
+    }
+
+    // Online softmax, one rescale per iteration.
+    float v[kUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) bf16x8_to_float(v_raw[u], v[u]);
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      float tile_max = run_max[h];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (valid[u]) tile_max = fmaxf(tile_max, score[u][h]);
+      // tile_max is -inf only while this group has seen no key; keep the arithmetic NaN-free then.
+      const float ref = tile_max == -INFINITY ? 0.f : tile_max;
+      const float correction = exp2f(run_max[h] - ref);
+      run_max[h] = tile_max;
+      run_sum[h] *= correction;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[h][i] *= correction;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const float p = valid[u] ? exp2f(score[u][h] - ref) : 0.f;
+        run_sum[h] += p;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(p, v[u][i], acc[h][i]);
+      }
+    }
+  }
+
+  // Merge the token groups of the CTA.
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    float4* dst = reinterpret_cast<float4*>(&sm_acc[group][h][lane_in_group * 8]);
+    dst[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+    dst[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+    if (lane_in_group == 0) {
+      sm_max[group][h] = run_max[h];
+      sm_sum[group][h] = run_sum[h];
+    }
+  }
+  __syncthreads();
+
+  constexpr int kQuads = D / 4;  // 4 output dims per work item
+  for (int item = tid; item < group_size * kQuads; item += kDecodeThreads) {
+    const int h = item / kQuads;
+    const int d4 = (item % kQuads) * 4;
+    float cta_max = -INFINITY;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) cta_max = fmaxf(cta_max, sm_max[g][h]);
+    float sum = 0.f;
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    if (cta_max != -INFINITY) {
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const float w = exp2f(sm_max[g][h] - cta_max);  // 0 for groups that saw no key
+        sum += sm_sum[g][h] * w;
+        const float4 part = *reinterpret_cast<const float4*>(&sm_acc[g][h][d4]);
+        o[0] = fmaf(w, part.x, o[0]);
+        o[1] = fmaf(w, part.y, o[1]);
+        o[2] = fmaf(w, part.z, o[2]);
+        o[3] = fmaf(w, part.w, o[3]);
+      }
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    if (num_splits == 1) {
+      __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D + d4;
+      uint2 packed;
+      packed.x = pack_bf16x2(o[0] * inv, o[1] * inv);
+      packed.y = pack_bf16x2(o[2] * inv, o[3] * inv);
+      *reinterpret_cast<uint2*>(dst) = packed;
+    } else {
+      const size_t slot = ws_base + static_cast<size_t>(h) * num_splits;
+      *reinterpret_cast<float4*>(ws_acc + slot * D + d4) = make_float4(o[0] * inv, o[1] * inv, o[2] * inv, o[3] * inv);
+      if (d4 == 0) {
+        ws_ml[2 * slot] = cta_max;
+        ws_ml[2 * slot + 1] = sum;
+      }
+    }
+  }
+}
+
+// One warp per (sequence, query head): weights each split's normalised partial by sum * 2^(max - global max).
+template <int D>
+__global__ void __launch_bounds__(kDecodeThreads) decode_merge_kernel(PagedAttentionArgs a, int num_splits,
+                                                                      int chunk, const float* ws_acc,
+                                                                      const float* ws_ml) {
+  constexpr int kPerLane = D / 32;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int item = blockIdx.x * (kDecodeThreads / 32) + warp;
+  if (item >= a.num_seqs * a.num_heads) return;
+  const int seq = item / a.num_heads;
+  const int head = item % a.num_heads;
+  const int q_begin = a.cu_seqlens_q[seq];
+  const int q_len = a.cu_seqlens_q[seq + 1] - q_begin;
+  if (q_len <= 0) return;
+  const int row = q_begin + q_len - 1;
+  const int seq_len = a.seq_lens_k[seq];
+  // Splits at or past the end were marked empty; only the others hold data.
+  const int used = min(num_splits, max(0, (seq_len + chunk - 1) / chunk));
+  const size_t base = (static_cast<size_t>(seq) * a.num_heads + head) * num_splits;
+
+  float global_max = -INFINITY;
+  for (int s = 0; s < used; ++s) {
+    if (ws_ml[2 * (base + s) + 1] > 0.f) global_max = fmaxf(global_max, ws_ml[2 * (base + s)]);
+  }
+  float total = 0.f;
+  float o[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) o[i] = 0.f;
+  for (int s = 0; s < used; ++s) {
+    const float sum = ws_ml[2 * (base + s) + 1];
+    if (!(sum > 0.f)) continue;
+    const float w = sum * exp2f(ws_ml[2 * (base + s)] - global_max);
+    total += w;
+    const float* part = ws_acc + (base + s) * D + lane * kPerLane;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) o[i] = fmaf(w, part[i], o[i]);
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + head * D + lane * kPerLane;
+#pragma unroll
+  for (int i = 0; i < kPerLane; i += 2) {
+    *reinterpret_cast<uint32_t*>(dst + i) = pack_bf16x2(o[i] * inv, o[i + 1] * inv);
+  }
+}
+
+template <int D, int G>
+void launch_decode(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml,
+                   cudaStream_t stream) {
+  const dim3 grid(a.num_seqs, a.num_kv_heads, plan.num_splits);
+  decode_split_kernel<D, G><<<grid, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk, ws_acc, ws_ml);
+  check_launch("decode_split_kernel");
+  if (plan.num_splits > 1) {
+    const int warps = kDecodeThreads / 32;
+    const int items = a.num_seqs * a.num_heads;
+    decode_merge_kernel<D><<<(items + warps - 1) / warps, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk,
+                                                                                       ws_acc, ws_ml);
+    check_launch("decode_merge_kernel");
+  }
+}
+
+template <int D>
+void dispatch_group(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml,
+                    cudaStream_t stream) {
+  const int group_size = a.num_heads / a.num_kv_heads;
+  if (group_size <= 1) return launch_decode<D, 1>(a, plan, ws_acc, ws_ml, stream);
+  if (group_size <= 2) return launch_decode<D, 2>(a, plan, ws_acc, ws_ml, stream);
+  if (group_size <= 4) return launch_decode<D, 4>(a, plan, ws_acc, ws_ml, stream);
+  return launch_decode<D, 8>(a, plan, ws_acc, ws_ml, stream);
+}
+
+}  // namespace
+
+size_t decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_seqlen_k) {
+  return decode_workspace_floats(max_num_seqs, num_heads, head_dim, max_seqlen_k) * sizeof(float);
+}
+
+void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream) {
+  validate_args(args, "paged_attention_decode");
+  const int group_size = args.num_heads / args.num_kv_heads;
+  if (group_size > kDecodeMaxGroup)
+    throw EngineError("paged_attention_decode: " + std::to_string(group_size) +
+                      " query heads per KV head; at most " + std::to_string(kDecodeMaxGroup) + " are supported");
+  if (args.num_seqs == 0) return;
+  const DecodePlan plan = plan_decode(args.num_seqs, args.num_kv_heads, args.max_seqlen_k);
+  float* ws_acc = nullptr;
+  float* ws_ml = nullptr;
+  if (plan.num_splits > 1) {
+    const size_t acc_floats = static_cast<size_t>(args.num_seqs) * args.num_heads * plan.num_splits * args.head_dim;
+    const size_t need = (acc_floats + static_cast<size_t>(args.num_seqs) * args.num_heads * plan.num_splits * 2) *
+                        sizeof(float);
+    if (workspace == nullptr || workspace_bytes < need)
+      throw EngineError("paged_attention_decode: workspace of " + std::to_string(workspace_bytes) +
+                        " bytes is smaller than the " + std::to_string(need) + " this launch needs (" +
+                        std::to_string(plan.num_splits) + " splits); size it with decode_workspace_bytes");
+    if ((reinterpret_cast<uintptr_t>(workspace) & 15u) != 0)
+      throw EngineError("paged_attention_decode: workspace must be 16-byte aligned");
+    ws_acc = static_cast<float*>(workspace);
+    ws_ml = ws_acc + acc_floats;
+  }
+  if (args.head_dim == 64) {
+    dispatch_group<64>(args, plan, ws_acc, ws_ml, stream);
+  } else {
+    dispatch_group<128>(args, plan, ws_acc, ws_ml, stream);
+  }
+}
+
+}  // namespace nanovllm::cuda
