@@ -1,0 +1,64 @@
+#pragma once
+// The Qwen3 (and Qwen2) decoder, written once over the Backend op set. It owns the weights (fused QKV and
+// gate/up, uploaded in the backend's compute dtype) and the activation buffers of the largest step.
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/hf_config.h"
+#include "model/weight_source.h"
+
+namespace nanovllm {
+
+// Device views of one step's flat metadata (see ModelRunner for how they are filled).
+struct StepTensors {
+  int num_tokens = 0;
+  Tensor input_ids;    // I32 [T]
+  Tensor positions;    // I32 [T]
+  Tensor slot_mapping; // I32 [T]
+  AttentionBatch attention;
+};
+
+class Qwen3Model {
+ public:
+  // max_num_tokens / max_logits_rows bound every step; rope positions go up to max_model_len.
+  Qwen3Model(const ModelConfig& config, Backend& backend, WeightSource& weights, int max_num_tokens,
+             int max_logits_rows, int max_model_len);
+
+  // Runs the decoder over the step's tokens: K/V are written to `cache` first, then attended through it.
+  // The final hidden states stay inside the model for logits().
+  void forward(const StepTensors& step, std::vector<KvCacheLayer>& cache);
+  // F32 logits [R, V] of the token rows `rows` (I32 [R]) of the last forward(); only these reach the lm_head.
+  void logits(const Tensor& rows, Tensor& out);
+
+  const ModelConfig& config() const { return config_; }
+  size_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  struct Layer {
+    Tensor input_norm, post_attention_norm;
+    Tensor qkv, qkv_bias, q_norm, k_norm;  // qkv: [(nh + 2 nkv) d, H], rows q | k | v
+    Tensor o_proj;
+    Tensor gate_up;                        // [2 I, H], rows gate | up
+    Tensor down_proj;
+  };
+
+  Tensor allocate(DType dtype, std::initializer_list<int64_t> shape);
+  // Uploads the named checkpoint tensors one after another into a fresh tensor of `shape` (fusion by
+  // concatenating rows).
+  Tensor load(WeightSource& weights, const std::vector<std::string>& names,
+              const std::vector<std::vector<int64_t>>& part_shapes, std::initializer_list<int64_t> shape);
+  void build_rope_table(int max_model_len);
+
+  ModelConfig config_;
+  Backend& backend_;
+  std::vector<Buffer> storage_;
+  size_t weight_bytes_ = 0;
+
+  Tensor embed_tokens_, final_norm_, lm_head_, rope_;
+  std::vector<Layer> layers_;
+
+  // Activations of the largest step.
+  Tensor residual_, hidden_, qkv_out_, q_, attn_out_, delta_, gate_up_out_, act_, last_hidden_;
+};
+
+}  // namespace nanovllm

@@ -1,0 +1,198 @@
+#include "model/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "model/hf_config.h"
+
+namespace nanovllm {
+namespace {
+
+using nlohmann::json;
+
+// A header larger than this is not a header of a real checkpoint (Qwen3-32B's is ~50 KiB).
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+bool parse_dtype(const std::string& name, DType& out) {
+  if (name == "F32") out = DType::F32;
+  else if (name == "BF16") out = DType::BF16;
+  else if (name == "F16") out = DType::F16;
+  else return false;
+  return true;
+}
+
+uint64_t read_le_u64(const std::byte* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+}  // namespace
+
+int64_t HostTensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_to_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string HostTensorView::shape_string() const { return shape_to_string(shape); }
+
+SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
+  SafetensorsFile file(path, MappedFile::open(path));
+  const std::string where = path.string() + ": ";
+  const size_t file_size = file.mapping_.size();
+  if (file_size < 8) throw InvalidInput(where + "bad header: the file is " + std::to_string(file_size) + " bytes long");
+  const uint64_t header_len = read_le_u64(file.mapping_.data());
+  if (header_len > kMaxHeaderBytes || header_len > file_size - 8)
+    throw InvalidInput(where + "bad header: header length " + std::to_string(header_len) + " exceeds the file size (" +
+                       std::to_string(file_size) + ") or 100 MiB");
+  const char* header_text = reinterpret_cast<const char*>(file.mapping_.data() + 8);
+  json header;
+  try {
+    header = json::parse(header_text, header_text + header_len);
+  } catch (const json::parse_error& e) {
+    throw InvalidInput(where + "bad header: malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  }
+  if (!header.is_object()) throw InvalidInput(where + "bad header: not a JSON object");
+
+  const size_t data_start = 8 + header_len;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") {
+      if (info.is_object())
+        for (const auto& [key, value] : info.items())
+          if (value.is_string()) file.metadata_[key] = value.get<std::string>();
+      continue;
+    }
+    const std::string tensor = where + "tensor '" + name + "' ";
+    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
+      throw InvalidInput(tensor + "has a malformed entry (needs dtype, shape, data_offsets): " + info.dump());
+    const json& dtype_field = info["dtype"];
+    const std::string dtype_name = dtype_field.is_string() ? dtype_field.get<std::string>() : dtype_field.dump();
+    Entry entry{DType::F32, {}, 0};
+    if (!parse_dtype(dtype_name, entry.dtype))
+      throw InvalidInput(tensor + "has dtype '" + dtype_name + "', which is not supported (supported: F32, BF16, F16)");
+    const json& shape = info["shape"];
+    if (!shape.is_array()) throw InvalidInput(tensor + "has a malformed shape: " + shape.dump());
+    uint64_t numel = 1;
+    for (const json& d : shape) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40))
+        throw InvalidInput(tensor + "has a malformed shape: " + shape.dump());
+      entry.shape.push_back(d.get<int64_t>());
+      numel *= d.get<uint64_t>();
+      if (numel > (1ull << 40)) throw InvalidInput(tensor + "has an absurd shape: " + shape.dump());
+    }
+    const json& offsets = info["data_offsets"];
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned() ||
+        offsets[0].get<uint64_t>() > offsets[1].get<uint64_t>())
+      throw InvalidInput(tensor + "has malformed data_offsets: " + offsets.dump());
+    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    const uint64_t expected_bytes = numel * dtype_size(entry.dtype);
+    if (end - begin != expected_bytes)
+      throw InvalidInput(tensor + "has shape " + shape_to_string(entry.shape) + " of " + dtype_name + " (" +
+                         std::to_string(expected_bytes) + " bytes) but data_offsets [" + std::to_string(begin) + ", " +
+                         std::to_string(end) + ") span " + std::to_string(end - begin) + " bytes");
+    if (end > file_size - data_start)
+      throw InvalidInput(tensor + "data [" + std::to_string(data_start + begin) + ", " + std::to_string(data_start + end) +
+                         ") lies past the end of the file (size " + std::to_string(file_size) +
+                         "); the file is truncated");
+    entry.offset = data_start + begin;
+    file.tensors_.emplace(name, std::move(entry));
+  }
+  return file;
+}
+
+HostTensorView SafetensorsFile::get(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw InvalidInput(path_.string() + ": has no tensor '" + name + "'");
+  return HostTensorView{mapping_.data() + it->second.offset, it->second.dtype, it->second.shape};
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  out.reserve(tensors_.size());
+  for (const auto& entry : tensors_) out.push_back(entry.first);
+  return out;
+}
+
+CheckpointReader CheckpointReader::open(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw InvalidInput("model folder '" + dir.string() + "' does not exist");
+  CheckpointReader reader;
+  const fs::path single = dir / "model.safetensors";
+  const fs::path index_path = dir / "model.safetensors.index.json";
+
+  if (fs::exists(single)) {
+    reader.files_.push_back(SafetensorsFile::open(single));
+  } else if (fs::exists(index_path)) {
+    const json index = read_json_file(index_path);
+    const auto weight_map = index.find("weight_map");
+    if (weight_map == index.end() || !weight_map->is_object())
+      throw InvalidInput(index_path.string() + ": has no 'weight_map' object");
+    std::map<std::string, size_t> shard_of_file;
+    for (const auto& [name, shard] : weight_map->items()) {
+      if (!shard.is_string()) throw InvalidInput(index_path.string() + ": weight_map['" + name + "'] is not a file name");
+      const fs::path shard_name = shard.get<std::string>();
+      if (shard_name.is_absolute() || shard_name.filename() != shard_name)
+        throw InvalidInput(index_path.string() + ": shard '" + shard_name.string() + "' is not a file name in the folder");
+      auto [it, fresh] = shard_of_file.emplace(shard_name.string(), reader.files_.size());
+      if (fresh) {
+        const fs::path shard_path = dir / shard_name;
+        if (!fs::exists(shard_path))
+          throw InvalidInput(index_path.string() + ": lists shard '" + shard_name.string() + "', which is missing");
+        reader.files_.push_back(SafetensorsFile::open(shard_path));
+      }
+      if (!reader.files_[it->second].contains(name))
+        throw InvalidInput(index_path.string() + ": says tensor '" + name + "' is in '" + shard_name.string() +
+                           "', but that shard has no such tensor");
+      reader.location_.emplace(name, it->second);
+    }
+    if (reader.files_.empty()) throw InvalidInput(index_path.string() + ": weight_map is empty");
+    return reader;
+  } else {
+    std::vector<fs::path> paths;
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (entry.is_regular_file() && entry.path().extension() == ".safetensors") paths.push_back(entry.path());
+    std::sort(paths.begin(), paths.end());
+    for (const auto& path : paths) reader.files_.push_back(SafetensorsFile::open(path));
+  }
+
+  if (reader.files_.empty()) throw InvalidInput("no .safetensors weights in '" + dir.string() + "'");
+  for (size_t i = 0; i < reader.files_.size(); ++i)
+    for (const auto& name : reader.files_[i].names())
+      if (!reader.location_.emplace(name, i).second)
+        throw InvalidInput("tensor '" + name + "' appears in both " + reader.files_[reader.location_[name]].path().string() +
+                           " and " + reader.files_[i].path().string());
+  return reader;
+}
+
+HostTensorView CheckpointReader::get(const std::string& name) const {
+  auto it = location_.find(name);
+  if (it == location_.end()) throw InvalidInput("checkpoint has no tensor '" + name + "'");
+  return files_[it->second].get(name);
+}
+
+const std::filesystem::path& CheckpointReader::file_of(const std::string& name) const {
+  auto it = location_.find(name);
+  if (it == location_.end()) throw InvalidInput("checkpoint has no tensor '" + name + "'");
+  return files_[it->second].path();
+}
+
+std::vector<std::string> CheckpointReader::names() const {
+  std::vector<std::string> out;
+  out.reserve(location_.size());
+  for (const auto& entry : location_) out.push_back(entry.first);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace nanovllm

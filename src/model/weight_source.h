@@ -1,0 +1,63 @@
+#pragma once
+// Where the model's parameters come from. The model asks for each parameter by its Hugging Face name and the
+// shape it expects; a source either maps it from a checkpoint or generates it (dummy weights).
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model/dummy_values.h"
+#include "model/hf_config.h"
+#include "model/parameter_layout.h"
+#include "model/safetensors.h"
+
+namespace nanovllm {
+
+// A parameter's host bytes. `owned` is set when the data was generated (the view points into it); for
+// mapped data it is empty and the view lives as long as the WeightSource.
+struct HostTensor {
+  HostTensorView view;
+  std::shared_ptr<void> owned;
+};
+
+class WeightSource {
+ public:
+  virtual ~WeightSource();
+  // Throws InvalidInput when the tensor is missing or its shape differs from expected_shape.
+  virtual HostTensor get(const std::string& name, const std::vector<int64_t>& expected_shape) = 0;
+  virtual bool contains(const std::string& name) const = 0;
+};
+
+// The tensors of a checkpoint folder, as stored (F32, BF16 or F16), memory-mapped.
+class CheckpointWeights : public WeightSource {
+ public:
+  explicit CheckpointWeights(CheckpointReader reader) : reader_(std::move(reader)) {}
+  static std::unique_ptr<CheckpointWeights> open(const std::filesystem::path& dir);
+
+  HostTensor get(const std::string& name, const std::vector<int64_t>& expected_shape) override;
+  bool contains(const std::string& name) const override { return reader_.contains(name); }
+  const CheckpointReader& reader() const { return reader_; }
+
+ private:
+  CheckpointReader reader_;
+};
+
+// Random BF16 weights for every parameter of config's architecture, generated on demand from (seed, name).
+class DummyWeights : public WeightSource {
+ public:
+  DummyWeights(const ModelConfig& config, uint64_t seed, DummyWeightScales scales = {});
+
+  HostTensor get(const std::string& name, const std::vector<int64_t>& expected_shape) override;
+  bool contains(const std::string& name) const override { return index_.count(name) != 0; }
+  const std::vector<ParameterSpec>& layout() const { return layout_; }
+
+ private:
+  uint64_t seed_;
+  DummyWeightScales scales_;
+  std::vector<ParameterSpec> layout_;
+  std::unordered_map<std::string, size_t> index_;  // name -> layout_ entry
+};
+
+}  // namespace nanovllm
