@@ -1,0 +1,165 @@
+#include "bench_command.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "engine/device_support.h"
+#include "engine/llm_engine.h"
+#include "engine_options.h"
+
+namespace nanovllm::cli {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct BenchArgs {
+  EngineOptions engine;
+  std::string workload;
+  bool latency = false, prefill = false;
+  int num_prompts = -1;
+};
+
+struct Workload {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> max_tokens;
+  float temperature = 0.6f;
+  bool ignore_eos = true;
+};
+
+Workload read_workload(const std::string& path, int limit) {
+  std::ifstream in(path);
+  if (!in) throw InvalidInput("cannot open workload '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidInput("workload '" + path + "': " + e.what());
+  }
+  Workload w;
+  w.prompts = j.at("prompt_token_ids").get<std::vector<std::vector<int32_t>>>();
+  w.max_tokens = j.at("max_tokens").get<std::vector<int>>();
+  w.temperature = j.value("temperature", 0.6f);
+  w.ignore_eos = j.value("ignore_eos", true);
+  if (w.prompts.size() != w.max_tokens.size()) throw InvalidInput("workload: prompts and max_tokens differ in count");
+  if (limit > 0 && limit < static_cast<int>(w.prompts.size())) {
+    w.prompts.resize(limit);
+    w.max_tokens.resize(limit);
+  }
+  return w;
+}
+
+// Runs every request to the end; returns seconds to the first sampled token and in all.
+std::pair<double, double> run_all(LLMEngine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                  const std::vector<SamplingParams>& params) {
+  const auto start = Clock::now();
+  for (size_t i = 0; i < prompts.size(); ++i) engine.add_request(Prompt::from_tokens(prompts[i]), params[i]);
+  double first = -1.0;
+  while (!engine.is_finished()) {
+    engine.step();
+    if (first < 0 && !engine.last_step().is_prefill) first = seconds_since(start);
+  }
+  engine.step();
+  return {first < 0 ? seconds_since(start) : first, seconds_since(start)};
+}
+
+// The bytes a decode step cannot avoid reading: all weights once per step, and every cached K/V byte of
+// every sequence in it. Over the measured read bandwidth this is the workload's floor.
+double workload_floor_bytes(const Workload& w, const LLMEngine& engine) {
+  const ModelConfig& m = engine.model_config();
+  const double kv_per_token = 2.0 * m.num_hidden_layers * m.num_key_value_heads * m.head_dim * 2;  // bf16
+  double kv = 0;
+  int longest = 0;
+  for (size_t i = 0; i < w.prompts.size(); ++i) {
+    const double p = static_cast<double>(w.prompts[i].size()), o = w.max_tokens[i];
+    // Decode of output token j (j = 1..o-1) attends over p + j cached tokens.
+    kv += kv_per_token * ((o - 1) * p + (o - 1) * o / 2.0);
+    longest = std::max(longest, w.max_tokens[i]);
+  }
+  return kv + static_cast<double>(engine.weight_bytes()) * (longest - 1);
+}
+
+int run_bench(const BenchArgs& a) {
+  EngineConfig config = a.engine.resolve();
+  Workload w;
+  if (!a.latency && !a.prefill) {
+    w = read_workload(a.workload, a.num_prompts);
+    config.max_model_len = std::max(config.max_model_len, 4096);
+  }
+  const auto start = Clock::now();
+  LLMEngine engine(config);
+  const std::string device = device_name(engine.runner_backend());
+  std::printf("device: %s (%s)\nweights: %.2f GiB, KV cache: %d blocks (%.2f GiB), startup %.2f s\n", device.c_str(),
+              engine.backend_name().c_str(), engine.weight_bytes() / double(1 << 30), engine.num_kvcache_blocks(),
+              engine.kv_cache_bytes() / double(1 << 30), engine.startup_seconds());
+
+  // One warm-up request first, as nano-vLLM's bench.py does; its time to first token includes startup.
+  SamplingParams warm;
+  warm.max_tokens = 2;
+  run_all(engine, {{1, 2, 3, 4, 5, 6, 7, 8}}, {warm});
+  std::printf("startup to first token: %.2f s\n", seconds_since(start));
+
+  if (a.latency) {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.ignore_eos = true;
+    p.max_tokens = 256;
+    std::vector<int32_t> prompt(128);
+    for (int i = 0; i < 128; ++i) prompt[i] = (i * 131 + 7) % 10000;
+    auto [ttft, total] = run_all(engine, {prompt}, {p});
+    std::printf("latency: batch 1, prompt 128, output 256: %.3f ms/token decode, %.2f ms to first token\n",
+                (total - ttft) / 255.0 * 1e3, ttft * 1e3);
+    return 0;
+  }
+  if (a.prefill) {
+    SamplingParams p;
+    p.max_tokens = 1;
+    std::vector<std::vector<int32_t>> prompts(16, std::vector<int32_t>(1024));
+    for (int s = 0; s < 16; ++s)
+      for (int i = 0; i < 1024; ++i) prompts[s][i] = (s * 7919 + i * 131) % 10000;  // no shared prefixes
+    auto [ttft, total] = run_all(engine, prompts, std::vector<SamplingParams>(16, p));
+    std::printf("prefill: 16 x 1024 tokens in %.3f s: %.0f prompt tok/s\n", total, 16 * 1024 / total);
+    return 0;
+  }
+
+  std::vector<SamplingParams> params(w.prompts.size());
+  long long total_tokens = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].temperature = w.temperature;
+    params[i].ignore_eos = w.ignore_eos;
+    params[i].max_tokens = w.max_tokens[i];
+    total_tokens += w.max_tokens[i];
+  }
+  auto [ttft, total] = run_all(engine, w.prompts, params);
+  std::printf("workload: %zu prompts, %lld output tokens in %.2f s: %.0f tok/s (preemptions: %lld)\n",
+              w.prompts.size(), total_tokens, total, total_tokens / total,
+              static_cast<long long>(engine.num_preemptions()));
+  if (auto gbs = measure_read_bandwidth_gbs(engine.runner_backend())) {
+    const double floor_s = workload_floor_bytes(w, engine) / (*gbs * 1e9);
+    std::printf("memory floor: %.2f TB at %.0f GB/s measured = %.2f s; this run: %.1f%% of the floor's speed\n",
+                workload_floor_bytes(w, engine) / 1e12, *gbs, floor_s, 100.0 * floor_s / total);
+  }
+  return 0;
+}
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "throughput (nano-vLLM's bench workload), --latency or --prefill");
+  args->engine.load_format = "dummy";
+  args->engine.add_to(*cmd);
+  args->workload = "../shared/bench/nanovllm_bench_workload.json";
+  cmd->add_option("--workload", args->workload, "bench workload JSON (nano-vLLM bench.py)")->capture_default_str();
+  cmd->add_option("--num-prompts", args->num_prompts, "use only the first N prompts of the workload");
+  cmd->add_flag("--latency", args->latency, "batch 1, 128-token prompt, 256 output tokens: ms per token");
+  cmd->add_flag("--prefill", args->prefill, "16 x 1024-token prompts: prompt tok/s");
+  cmd->callback([args] { throw CLI::RuntimeError(run_bench(*args)); });
+}
+
+}  // namespace nanovllm::cli

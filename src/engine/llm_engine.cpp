@@ -1,0 +1,189 @@
+#include "engine/llm_engine.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/device_support.h"
+#include "model/weight_source.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/streaming_detokenizer.h"
+#include "tokenizer/stop_strings.h"
+#include "tokenizer/tokenizer.h"
+
+namespace nanovllm {
+
+namespace {
+// A well-mixed 64-bit value per request for requests without a seed (SplitMix64 finaliser).
+uint64_t mix_seed(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Abort: return "abort";
+    case FinishReason::None: break;
+  }
+  return "";
+}
+}  // namespace
+
+struct LLMEngine::Request {
+  RequestOutput output;
+  SamplingParams params;
+  std::unique_ptr<StreamingDetokenizer> detokenizer;
+  std::string text;       // detokenized so far (stop strings cut)
+  bool stopped_by_string = false;
+};
+
+LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
+  const auto start = std::chrono::steady_clock::now();
+  config_.validate();
+  const std::filesystem::path dir(config_.model);
+  if (config_.load_dummy_weights && std::filesystem::is_regular_file(dir)) {
+    model_config_ = ModelConfig::from_json(nlohmann::json::parse(std::ifstream(dir)), nullptr);
+  } else {
+    model_config_ = ModelConfig::from_dir(dir);
+  }
+  if (std::filesystem::is_directory(dir) && std::filesystem::exists(dir / "tokenizer.json"))
+    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_model_dir(dir));
+
+  if (config_.tensor_parallel_size != 1)
+    throw InvalidInput("tensor_parallel_size " + std::to_string(config_.tensor_parallel_size) +
+                       " is not supported yet (only 1)");
+  std::unique_ptr<WeightSource> weights;
+  if (config_.load_dummy_weights) {
+    weights = std::make_unique<DummyWeights>(model_config_, config_.seed);
+  } else {
+    weights = std::make_unique<CheckpointWeights>(CheckpointReader::open(dir));
+  }
+  runner_ = std::make_unique<ModelRunner>(config_, model_config_, make_backend(config_.device), *weights);
+  scheduler_ = std::make_unique<Scheduler>(config_, runner_->num_kvcache_blocks(), model_config_.eos_token_ids);
+  startup_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+LLMEngine::~LLMEngine() = default;
+
+std::string LLMEngine::backend_name() const { return runner_->backend().name(); }
+
+int64_t LLMEngine::add_request(const Prompt& prompt, SamplingParams params) {
+  params.validate();
+  std::vector<int32_t> ids = prompt.token_ids;
+  if (ids.empty()) {
+    if (prompt.text.empty()) throw InvalidInput("prompt is empty");
+    if (!tokenizer_)
+      throw InvalidInput("text prompt needs a tokenizer, but the model folder has no tokenizer.json; "
+                         "pass prompt_token_ids instead");
+    ids = tokenizer_->encode(prompt.text);
+    if (ids.empty()) throw InvalidInput("prompt is empty after tokenization");
+  }
+  const int vocab = model_config_.vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw InvalidInput("prompt token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
+                         " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  if (static_cast<int>(ids.size()) >= config_.max_model_len)
+    throw InvalidInput("prompt has " + std::to_string(ids.size()) + " tokens; max_model_len " +
+                       std::to_string(config_.max_model_len) + " leaves no room for output");
+  for (int32_t id : params.stop_token_ids)
+    if (id < 0 || id >= vocab)
+      throw InvalidInput("stop_token_ids: " + std::to_string(id) + " is outside the vocabulary");
+  if (!params.stop.empty() && !tokenizer_)
+    throw InvalidInput("stop strings need a tokenizer, but the model folder has no tokenizer.json");
+  if (!params.seed) params.seed = mix_seed(config_.seed * 0x100000001B3ull + static_cast<uint64_t>(next_request_id_));
+
+  const int64_t id = next_request_id_++;
+  auto req = std::make_unique<Request>();
+  req->params = params;
+  req->output.request_id = id;
+  req->output.prompt_token_ids = ids;
+  if (params.logprobs) req->output.logprobs.emplace();
+  if (params.prompt_logprobs) req->output.prompt_logprobs.emplace(ids.size());
+  if (tokenizer_)
+    req->detokenizer = std::make_unique<StreamingDetokenizer>(*tokenizer_, ids, params.skip_special_tokens);
+  scheduler_->add(std::make_unique<Sequence>(id, std::move(ids), params));  // may throw: nothing kept then
+  requests_.emplace(id, std::move(req));
+  return id;
+}
+
+void LLMEngine::abort(int64_t request_id) {
+  if (requests_.count(request_id)) scheduler_->abort(request_id);
+}
+
+bool LLMEngine::is_finished() const { return scheduler_->is_finished(); }
+
+std::vector<RequestOutput> LLMEngine::step() {
+  const auto start = std::chrono::steady_clock::now();
+  ScheduledBatch batch = scheduler_->schedule();
+  if (!batch.empty()) {
+    StepOutput out = runner_->run(batch);
+    for (const auto& p : out.prompt_logprobs) {
+      Request& req = *requests_.at(batch.items[p.item].seq->seq_id);
+      (*req.output.prompt_logprobs)[p.position] = p.entry;
+    }
+    size_t r = 0;
+    for (const ScheduledSequence& item : batch.items) {
+      if (!item.samples) continue;
+      Request& req = *requests_.at(item.seq->seq_id);
+      if (req.output.logprobs) req.output.logprobs->push_back(out.sampled_logprobs[r]);
+      ++r;
+    }
+    scheduler_->postprocess(batch, out.sampled);
+    // Text and stop strings, for every sequence that got a token (finished or not).
+    r = 0;
+    for (const ScheduledSequence& item : batch.items) {
+      if (!item.samples) continue;
+      Request& req = *requests_.at(item.seq->seq_id);
+      const int32_t token = out.sampled[r++];
+      if (!req.detokenizer || req.stopped_by_string) continue;
+      const size_t before = req.text.size();
+      req.text += req.detokenizer->push(token);
+      const int completion = item.seq->num_completion_tokens();
+      if (req.params.stop.empty() || completion <= req.params.min_tokens) continue;
+      if (auto hit = find_stop_string(req.text, before, req.params.stop)) {
+        req.text.resize(hit->cut_at);
+        req.stopped_by_string = true;
+        if (item.seq->status != SequenceStatus::Finished) scheduler_->finish(item.seq->seq_id, FinishReason::Stop);
+        else item.seq->finish_reason = FinishReason::Stop;
+      }
+    }
+    last_step_.is_prefill = batch.is_prefill;
+    last_step_.num_tokens = batch.is_prefill ? batch.num_tokens : static_cast<int>(batch.items.size());
+  } else {
+    last_step_ = StepStats{};
+  }
+  std::vector<RequestOutput> finished;
+  for (Sequence* seq : scheduler_->take_finished()) {
+    finished.push_back(finish_output(*seq));
+    scheduler_->release(seq->seq_id);
+  }
+  last_step_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return finished;
+}
+
+RequestOutput LLMEngine::finish_output(Sequence& seq) {
+  auto it = requests_.find(seq.seq_id);
+  Request& req = *it->second;
+  RequestOutput out = std::move(req.output);
+  auto completion = seq.completion_token_ids();
+  out.token_ids.assign(completion.begin(), completion.end());
+  out.finished = true;
+  out.finish_reason = finish_reason_name(seq.finish_reason);
+  if (req.detokenizer && !req.stopped_by_string) req.text += req.detokenizer->flush();
+  out.text = std::move(req.text);
+  requests_.erase(it);
+  return out;
+}
+
+std::string LLMEngine::apply_chat_template(const nlohmann::json& messages, const nlohmann::json& tools,
+                                           bool add_generation_prompt, const nlohmann::json& extra) const {
+  if (!tokenizer_ || !tokenizer_->chat_template())
+    throw InvalidInput("\"messages\" need a chat template, but the model folder's tokenizer_config.json has none");
+  return ChatTemplate(*tokenizer_->chat_template()).render(messages, tools, add_generation_prompt, extra);
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,76 @@
+#pragma once
+// The request-level engine: tokenizes, owns the request table, runs scheduler steps on the model runner,
+// detokenizes and applies stop strings. A server drives add_request / step / abort; LLM::generate loops it.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "model/hf_config.h"
+#include "nanovllm/config.h"
+#include "nanovllm/llm.h"
+
+namespace nanovllm {
+
+class Tokenizer;
+class StreamingDetokenizer;
+
+struct StepStats {
+  bool is_prefill = false;
+  int num_tokens = 0;     // tokens computed (prefill) or sequences decoded
+  double seconds = 0.0;
+};
+
+class LLMEngine {
+ public:
+  explicit LLMEngine(EngineConfig config);
+  ~LLMEngine();
+
+  // Validates and queues a request; throws InvalidInput naming what is wrong with it.
+  int64_t add_request(const Prompt& prompt, SamplingParams params);
+  // Runs one scheduler step; returns the requests that finished in it.
+  std::vector<RequestOutput> step();
+  // Finishes a request wherever it is (finish_reason "abort"); its output comes from the next step().
+  void abort(int64_t request_id);
+  bool is_finished() const;
+
+  // Chat messages → prompt text through the model's chat template (needs tokenizer_config.json's template).
+  std::string apply_chat_template(const nlohmann::json& messages, const nlohmann::json& tools,
+                                  bool add_generation_prompt, const nlohmann::json& extra) const;
+
+  const EngineConfig& config() const { return config_; }
+  const ModelConfig& model_config() const { return model_config_; }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const StepStats& last_step() const { return last_step_; }
+  std::string backend_name() const;
+  Backend& runner_backend() { return runner_->backend(); }
+  int num_kvcache_blocks() const { return runner_->num_kvcache_blocks(); }
+  size_t kv_cache_bytes() const { return runner_->kv_cache_bytes(); }
+  size_t weight_bytes() const { return runner_->model().weight_bytes(); }
+  double startup_seconds() const { return startup_seconds_; }
+  int64_t num_preemptions() const { return scheduler_->num_preemptions(); }
+
+ private:
+  struct Request;
+  RequestOutput finish_output(Sequence& seq);
+
+  EngineConfig config_;
+  ModelConfig model_config_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
+  std::vector<RequestOutput> aborted_;
+  int64_t next_request_id_ = 0;
+  StepStats last_step_;
+  double startup_seconds_ = 0.0;
+};
+
+}  // namespace nanovllm

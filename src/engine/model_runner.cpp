@@ -1,0 +1,262 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "engine/device_support.h"
+
+namespace nanovllm {
+
+namespace {
+constexpr size_t kGiB = size_t{1} << 30;
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+}  // namespace
+
+ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_config, std::unique_ptr<Backend> backend,
+                         WeightSource& weights)
+    : config_(config), model_config_(model_config), backend_(std::move(backend)) {
+  max_logits_rows_ = config.max_num_seqs;
+  BackendLimits limits;
+  limits.max_num_tokens = config.max_num_batched_tokens;
+  limits.max_num_seqs = config.max_num_seqs;
+  limits.max_model_len = config.max_model_len;
+  limits.max_logits_rows = max_logits_rows_;
+  limits.num_heads = model_config.num_attention_heads;
+  limits.num_kv_heads = model_config.num_key_value_heads;
+  limits.head_dim = model_config.head_dim;
+  limits.vocab_size = model_config.vocab_size;
+  limits.max_logprobs = max_logprobs_;
+  backend_->reserve(limits);
+
+  model_ = std::make_unique<Qwen3Model>(model_config, *backend_, weights, config.max_num_batched_tokens,
+                                        max_logits_rows_, config.max_model_len);
+  StepLimits step_limits;
+  step_limits.max_num_tokens = config.max_num_batched_tokens;
+  step_limits.max_num_seqs = config.max_num_seqs;
+  step_limits.max_blocks_per_seq = ceil_div(config.max_model_len, config.kvcache_block_size);
+  step_limits.max_logits_rows = max_logits_rows_;
+  meta_ = std::make_unique<StepMetadata>(*backend_, step_limits);
+
+  const size_t R = max_logits_rows_, V = model_config.vocab_size, K = max_logprobs_;
+  logits_buf_ = backend_->allocate(R * V * 4);
+  sampled_buf_ = backend_->allocate(R * 4);
+  rows_buf_ = backend_->allocate(R * 4);
+  targets_buf_ = backend_->allocate(R * 4);
+  target_lp_buf_ = backend_->allocate(R * 4);
+  top_ids_buf_ = backend_->allocate(R * K * 4);
+  top_lp_buf_ = backend_->allocate(R * K * 4);
+
+  allocate_kv_cache();
+  warmup();
+}
+
+ModelRunner::~ModelRunner() = default;
+
+size_t ModelRunner::kv_block_bytes() const {
+  return 2ull * model_config_.num_hidden_layers * config_.kvcache_block_size * model_config_.num_key_value_heads *
+         model_config_.head_dim * dtype_size(backend_->compute_dtype());
+}
+
+// As nano-vLLM: on a GPU the cache takes what is left of gpu_memory_utilization × total once weights and
+// every workspace are allocated (all of ours are preallocated, so "used" is already the peak); on the CPU a
+// fixed budget, capped at what max_num_seqs full-length sequences could ever use.
+void ModelRunner::allocate_kv_cache() {
+  const size_t block_bytes = kv_block_bytes();
+  const int blocks_per_seq = ceil_div(config_.max_model_len, config_.kvcache_block_size);
+  long long blocks = config_.num_kvcache_blocks;
+  if (blocks <= 0) {
+    if (auto mem = device_memory(*backend_)) {
+      const double budget = static_cast<double>(mem->total_bytes) * config_.gpu_memory_utilization -
+                            static_cast<double>(mem->total_bytes - mem->free_bytes);
+      blocks = budget > 0 ? static_cast<long long>(budget / static_cast<double>(block_bytes)) : 0;
+      if (blocks <= 0)
+        throw InvalidInput("no GPU memory left for the KV cache at gpu_memory_utilization " +
+                           std::to_string(config_.gpu_memory_utilization) + " (weights and buffers use " +
+                           std::to_string((mem->total_bytes - mem->free_bytes) / (1 << 20)) + " MiB)");
+    } else {
+      blocks = static_cast<long long>(config_.cpu_kvcache_space_gib * kGiB / block_bytes);
+      blocks = std::min<long long>(blocks, static_cast<long long>(blocks_per_seq) * config_.max_num_seqs);
+      blocks = std::max<long long>(blocks, 1);
+    }
+  }
+  num_kvcache_blocks_ = static_cast<int>(blocks);
+  const int64_t nb = num_kvcache_blocks_, bs = config_.kvcache_block_size;
+  const int64_t nkv = model_config_.num_key_value_heads, d = model_config_.head_dim;
+  for (int l = 0; l < model_config_.num_hidden_layers; ++l) {
+    KvCacheLayer layer;
+    for (Tensor* t : {&layer.k, &layer.v}) {
+      Tensor probe(nullptr, backend_->compute_dtype(), {nb, bs, nkv, d});
+      kv_storage_.push_back(backend_->allocate(probe.bytes()));
+      *t = kv_storage_.back().view(backend_->compute_dtype(), {nb, bs, nkv, d});
+    }
+    kv_cache_.push_back(layer);
+  }
+  kv_cache_bytes_ = static_cast<size_t>(num_kvcache_blocks_) * block_bytes;
+}
+
+// One forward at the largest step shape, so that lazy initialisation (modules, GEMM heuristics) happens
+// before the first request; the CPU needs none.
+void ModelRunner::warmup() {
+  if (!device_memory(*backend_)) return;
+  const int bs = config_.kvcache_block_size;
+  const int T = config_.max_num_batched_tokens;
+  const int len = std::min(T, config_.max_model_len);
+  const int num_seqs = std::min(ceil_div(T, len), config_.max_num_seqs);
+  const int blocks_per_seq = meta_->limits().max_blocks_per_seq;
+  int* cu = meta_->cu_seqlens_q();
+  cu[0] = 0;
+  int t = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const int n = std::min(len, T - t);
+    for (int i = 0; i < n; ++i, ++t) {
+      meta_->input_ids()[t] = (t * 7919) % model_config_.vocab_size;
+      meta_->positions()[t] = i;
+      meta_->slot_mapping()[t] = -1;  // no cache writes
+    }
+    cu[s + 1] = t;
+    meta_->seq_lens_k()[s] = n;
+    for (int b = 0; b < blocks_per_seq; ++b)
+      meta_->block_tables()[s * blocks_per_seq + b] = (s * blocks_per_seq + b) % num_kvcache_blocks_;
+  }
+  meta_->upload(num_seqs);
+  StepTensors step;
+  step.num_tokens = t;
+  step.input_ids = meta_->input_ids_tensor(t);
+  step.positions = meta_->positions_tensor(t);
+  step.slot_mapping = meta_->slot_mapping_tensor(t);
+  step.attention = meta_->attention(num_seqs, len, len, bs, false);
+  model_->forward(step, kv_cache_);
+  backend_->synchronize();
+}
+
+StepOutput ModelRunner::run(const ScheduledBatch& batch) {
+  const int bs = config_.kvcache_block_size;
+  const int blocks_per_seq = meta_->limits().max_blocks_per_seq;
+  const int num_seqs = static_cast<int>(batch.items.size());
+  if (num_seqs == 0) return {};
+
+  int t = 0, max_q = 0, max_k = 0, num_samples = 0, want_k = 0;
+  bool want_sample_logprobs = false;
+  std::vector<int32_t> prompt_rows, prompt_targets;
+  std::vector<std::pair<int, int>> prompt_where;  // (item, scored position)
+  int32_t* cu = meta_->cu_seqlens_q();
+  cu[0] = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const ScheduledSequence& item = batch.items[s];
+    const Sequence& seq = *item.seq;
+    const int start = seq.num_computed_tokens, end = start + item.num_new_tokens;
+    for (int p = start; p < end; ++p, ++t) {
+      meta_->input_ids()[t] = seq.token_ids[p];
+      meta_->positions()[t] = p;
+      meta_->slot_mapping()[t] = seq.block_table[p / bs] * bs + p % bs;
+      // Logits at position p score token p + 1: a prompt token while p + 1 < num_prompt_tokens.
+      if (seq.params.prompt_logprobs && p + 1 < seq.num_prompt_tokens) {
+        prompt_rows.push_back(t);
+        prompt_targets.push_back(seq.token_ids[p + 1]);
+        prompt_where.emplace_back(s, p + 1);
+        want_k = std::max(want_k, *seq.params.prompt_logprobs);
+      }
+    }
+    cu[s + 1] = t;
+    meta_->seq_lens_k()[s] = end;
+    max_q = std::max(max_q, item.num_new_tokens);
+    max_k = std::max(max_k, end);
+    int32_t* table = meta_->block_tables() + static_cast<size_t>(s) * blocks_per_seq;
+    const int nblocks = static_cast<int>(seq.block_table.size());
+    for (int b = 0; b < blocks_per_seq; ++b) table[b] = b < nblocks ? seq.block_table[b] : -1;
+    if (item.samples) {
+      const int r = num_samples++;
+      meta_->logits_rows()[r] = t - 1;
+      const SamplingParams& sp = seq.params;
+      meta_->temperature()[r] = sp.temperature;
+      meta_->top_k()[r] = sp.top_k;
+      meta_->top_p()[r] = sp.top_p;
+      meta_->min_p()[r] = sp.min_p;
+      meta_->seed()[r] = static_cast<int64_t>(sp.seed.value_or(0));
+      meta_->sample_step()[r] = end;  // index the sampled token will have
+      if (sp.logprobs) {
+        want_sample_logprobs = true;
+        want_k = std::max(want_k, *sp.logprobs);
+      }
+    }
+  }
+  meta_->upload(num_seqs);
+
+  const bool decode_only = max_q == 1;
+  StepTensors step;
+  step.num_tokens = t;
+  step.input_ids = meta_->input_ids_tensor(t);
+  step.positions = meta_->positions_tensor(t);
+  step.slot_mapping = meta_->slot_mapping_tensor(t);
+  step.attention = meta_->attention(num_seqs, max_q, max_k, bs, decode_only);
+  model_->forward(step, kv_cache_);
+
+  StepOutput out;
+  if (num_samples > 0) {
+    Tensor logits = logits_buf_.view(DType::F32, {num_samples, model_config_.vocab_size});
+    model_->logits(meta_->logits_rows_tensor(num_samples), logits);
+    Tensor ids = sampled_buf_.view(DType::I32, {num_samples});
+    backend_->sample(logits, meta_->sampler_inputs(num_samples), ids);
+    out.sampled.resize(num_samples);
+    backend_->download(ids.data, out.sampled.data(), num_samples * sizeof(int32_t));
+    out.sampled_logprobs.resize(num_samples);
+    if (want_sample_logprobs) {
+      std::vector<int32_t> rows(num_samples);
+      for (int r = 0; r < num_samples; ++r) rows[r] = meta_->logits_rows()[r];
+      score_rows(rows, out.sampled, want_k, out.sampled_logprobs);
+      // Keep only what each request asked for.
+      int r = 0;
+      for (const ScheduledSequence& item : batch.items) {
+        if (!item.samples) continue;
+        const auto& k = item.seq->params.logprobs;
+        if (!k) out.sampled_logprobs[r].clear();
+        else out.sampled_logprobs[r].resize(1 + static_cast<size_t>(*k));
+        ++r;
+      }
+    }
+  }
+  if (!prompt_rows.empty()) {
+    std::vector<PositionLogprobs> entries;
+    score_rows(prompt_rows, prompt_targets, want_k, entries);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const auto [item, position] = prompt_where[i];
+      entries[i].resize(1 + static_cast<size_t>(*batch.items[item].seq->params.prompt_logprobs));
+      out.prompt_logprobs.push_back({item, position, std::move(entries[i])});
+    }
+  }
+  return out;
+}
+
+void ModelRunner::score_rows(const std::vector<int32_t>& rows, const std::vector<int32_t>& targets, int k,
+                             std::vector<PositionLogprobs>& out) {
+  out.resize(rows.size());
+  const int V = model_config_.vocab_size;
+  std::vector<float> target_lp(max_logits_rows_);
+  std::vector<int32_t> top_ids(static_cast<size_t>(max_logits_rows_) * std::max(k, 1));
+  std::vector<float> top_lp(top_ids.size());
+  for (size_t begin = 0; begin < rows.size(); begin += max_logits_rows_) {
+    const int n = static_cast<int>(std::min<size_t>(max_logits_rows_, rows.size() - begin));
+    backend_->upload(rows.data() + begin, rows_buf_.data(), n * sizeof(int32_t));
+    backend_->upload(targets.data() + begin, targets_buf_.data(), n * sizeof(int32_t));
+    Tensor logits = logits_buf_.view(DType::F32, {n, V});
+    model_->logits(rows_buf_.view(DType::I32, {n}), logits);
+    Tensor t_lp = target_lp_buf_.view(DType::F32, {n});
+    Tensor t_ids = top_ids_buf_.view(DType::I32, {n, k});
+    Tensor t_top = top_lp_buf_.view(DType::F32, {n, k});
+    backend_->logprobs(logits, targets_buf_.view(DType::I32, {n}), k, t_lp, t_ids, t_top);
+    backend_->download(t_lp.data, target_lp.data(), n * sizeof(float));
+    if (k > 0) {
+      backend_->download(t_ids.data, top_ids.data(), static_cast<size_t>(n) * k * sizeof(int32_t));
+      backend_->download(t_top.data, top_lp.data(), static_cast<size_t>(n) * k * sizeof(float));
+    }
+    for (int i = 0; i < n; ++i) {
+      PositionLogprobs& e = out[begin + i];
+      e.clear();
+      e.emplace_back(targets[begin + i], target_lp[i]);
+      for (int j = 0; j < k; ++j) e.emplace_back(top_ids[static_cast<size_t>(i) * k + j], top_lp[static_cast<size_t>(i) * k + j]);
+    }
+  }
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,70 @@
+#pragma once
+// Runs one scheduled step on one backend: fills the step's flat metadata, runs the model, samples the next
+// token of every sequence that finished its prompt chunk, and computes the logprobs requests asked for.
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/scheduler.h"
+#include "engine/step_metadata.h"
+#include "model/qwen3.h"
+#include "nanovllm/config.h"
+#include "nanovllm/llm.h"
+
+namespace nanovllm {
+
+class DecodeGraphs;
+
+struct StepOutput {
+  // One per scheduled item with samples == true, in item order.
+  std::vector<int32_t> sampled;
+  std::vector<PositionLogprobs> sampled_logprobs;  // empty entries where the request asked none
+  // Logprobs of prompt tokens: `position` is the index of the scored prompt token (>= 1).
+  struct PromptEntry {
+    int item = 0;
+    int position = 0;
+    PositionLogprobs entry;
+  };
+  std::vector<PromptEntry> prompt_logprobs;
+};
+
+class ModelRunner {
+ public:
+  ModelRunner(const EngineConfig& config, const ModelConfig& model_config, std::unique_ptr<Backend> backend,
+              WeightSource& weights);
+  ~ModelRunner();
+
+  StepOutput run(const ScheduledBatch& batch);
+
+  int num_kvcache_blocks() const { return num_kvcache_blocks_; }
+  size_t kv_cache_bytes() const { return kv_cache_bytes_; }
+  const Qwen3Model& model() const { return *model_; }
+  Backend& backend() { return *backend_; }
+
+ private:
+  void allocate_kv_cache();
+  void warmup();
+  size_t kv_block_bytes() const;
+  // Token rows' logits in chunks of max_logits_rows, then their logprobs against `targets`.
+  void score_rows(const std::vector<int32_t>& rows, const std::vector<int32_t>& targets, int k,
+                  std::vector<PositionLogprobs>& out);
+
+  EngineConfig config_;
+  ModelConfig model_config_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Qwen3Model> model_;
+  std::unique_ptr<StepMetadata> meta_;
+  std::vector<Buffer> kv_storage_;
+  std::vector<KvCacheLayer> kv_cache_;
+  int num_kvcache_blocks_ = 0;
+  size_t kv_cache_bytes_ = 0;
+  int max_logits_rows_ = 0;
+  int max_logprobs_ = 20;
+
+  // Scratch in backend memory: logits [R, V], sampled ids, logprob outputs, score rows/targets.
+  Buffer logits_buf_, sampled_buf_, rows_buf_, targets_buf_, target_lp_buf_, top_ids_buf_, top_lp_buf_;
+  std::unique_ptr<DecodeGraphs> graphs_;
+};
+
+}  // namespace nanovllm

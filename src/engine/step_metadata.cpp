@@ -1,0 +1,68 @@
+#include "engine/step_metadata.h"
+
+namespace nanovllm {
+
+namespace {
+size_t align_up(size_t x) { return (x + 63) & ~size_t{63}; }
+}  // namespace
+
+StepMetadata::StepMetadata(Backend& backend, const StepLimits& limits) : backend_(backend), limits_(limits) {
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    size_t at = off;
+    off = align_up(off + bytes);
+    return at;
+  };
+  const size_t S = limits.max_num_seqs, T = limits.max_num_tokens, R = limits.max_logits_rows;
+  off_cu_seqlens_q_ = take(4 * (S + 1));
+  off_seq_lens_k_ = take(4 * S);
+  off_temperature_ = take(4 * R);
+  off_top_k_ = take(4 * R);
+  off_top_p_ = take(4 * R);
+  off_min_p_ = take(4 * R);
+  off_seed_ = take(8 * R);
+  off_step_ = take(4 * R);
+  off_logits_rows_ = take(4 * R);
+  off_input_ids_ = take(4 * T);
+  off_positions_ = take(4 * T);
+  off_slot_mapping_ = take(4 * T);
+  off_block_tables_ = take(4 * S * limits.max_blocks_per_seq);
+  total_ = off;
+  host_storage_.assign(total_, 0);
+  host_ = host_storage_.data();
+  device_ = backend.allocate(total_);
+}
+
+void StepMetadata::upload(int num_seqs) {
+  const size_t bytes = off_block_tables_ + 4 * static_cast<size_t>(num_seqs) * limits_.max_blocks_per_seq;
+  backend_.upload(host_, device_.data(), bytes);
+}
+
+AttentionBatch StepMetadata::attention(int num_seqs, int max_seqlen_q, int max_seqlen_k, int block_size,
+                                       bool decode_only) const {
+  AttentionBatch a;
+  a.cu_seqlens_q = device_i32(off_cu_seqlens_q_, num_seqs + 1);
+  a.seq_lens_k = device_i32(off_seq_lens_k_, num_seqs);
+  a.block_tables = Tensor(static_cast<char*>(device_.data()) + off_block_tables_, DType::I32,
+                          {num_seqs, limits_.max_blocks_per_seq});
+  a.num_seqs = num_seqs;
+  a.max_seqlen_q = max_seqlen_q;
+  a.max_seqlen_k = max_seqlen_k;
+  a.max_blocks_per_seq = limits_.max_blocks_per_seq;
+  a.block_size = block_size;
+  a.decode_only = decode_only;
+  return a;
+}
+
+SamplerInputs StepMetadata::sampler_inputs(int rows) const {
+  SamplerInputs s;
+  s.temperature = device_at(off_temperature_, DType::F32, rows);
+  s.top_k = device_at(off_top_k_, DType::I32, rows);
+  s.top_p = device_at(off_top_p_, DType::F32, rows);
+  s.min_p = device_at(off_min_p_, DType::F32, rows);
+  s.seed = device_at(off_seed_, DType::I64, rows);
+  s.step = device_at(off_step_, DType::I32, rows);
+  return s;
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,65 @@
+#pragma once
+// One step's flat metadata in a fixed layout: filled on the host (pinned memory for CUDA), copied to the
+// device in one transfer, and viewed there as the tensors the model and sampler read. The layout is sized
+// for the largest step, so addresses never change (CUDA graphs replay them).
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace nanovllm {
+
+struct StepLimits {
+  int max_num_tokens = 0;
+  int max_num_seqs = 0;
+  int max_blocks_per_seq = 0;
+  int max_logits_rows = 0;
+};
+
+class StepMetadata {
+ public:
+  StepMetadata(Backend& backend, const StepLimits& limits);
+
+  // Host-side arrays the runner fills; their capacities are the limits.
+  int32_t* input_ids() { return host_i32(off_input_ids_); }
+  int32_t* positions() { return host_i32(off_positions_); }
+  int32_t* slot_mapping() { return host_i32(off_slot_mapping_); }
+  int32_t* logits_rows() { return host_i32(off_logits_rows_); }
+  int32_t* cu_seqlens_q() { return host_i32(off_cu_seqlens_q_); }
+  int32_t* seq_lens_k() { return host_i32(off_seq_lens_k_); }
+  int32_t* block_tables() { return host_i32(off_block_tables_); }
+  float* temperature() { return reinterpret_cast<float*>(host_ + off_temperature_); }
+  int32_t* top_k() { return host_i32(off_top_k_); }
+  float* top_p() { return reinterpret_cast<float*>(host_ + off_top_p_); }
+  float* min_p() { return reinterpret_cast<float*>(host_ + off_min_p_); }
+  int64_t* seed() { return reinterpret_cast<int64_t*>(host_ + off_seed_); }
+  int32_t* sample_step() { return host_i32(off_step_); }
+
+  // Copies the first num_seqs block-table rows and everything before them to the device.
+  void upload(int num_seqs);
+
+  // Device views for a step of this size.
+  Tensor input_ids_tensor(int n) const { return device_i32(off_input_ids_, n); }
+  Tensor positions_tensor(int n) const { return device_i32(off_positions_, n); }
+  Tensor slot_mapping_tensor(int n) const { return device_i32(off_slot_mapping_, n); }
+  Tensor logits_rows_tensor(int n) const { return device_i32(off_logits_rows_, n); }
+  AttentionBatch attention(int num_seqs, int max_seqlen_q, int max_seqlen_k, int block_size, bool decode_only) const;
+  SamplerInputs sampler_inputs(int rows) const;
+
+  const StepLimits& limits() const { return limits_; }
+
+ private:
+  int32_t* host_i32(size_t off) { return reinterpret_cast<int32_t*>(host_ + off); }
+  Tensor device_i32(size_t off, int n) const { return Tensor(device_.data() ? static_cast<char*>(device_.data()) + off : nullptr, DType::I32, {n}); }
+  Tensor device_at(size_t off, DType t, int n) const { return Tensor(static_cast<char*>(device_.data()) + off, t, {n}); }
+
+  Backend& backend_;
+  StepLimits limits_;
+  size_t off_cu_seqlens_q_, off_seq_lens_k_, off_input_ids_, off_positions_, off_slot_mapping_, off_logits_rows_;
+  size_t off_temperature_, off_top_k_, off_top_p_, off_min_p_, off_seed_, off_step_, off_block_tables_, total_;
+  std::vector<char> host_storage_;
+  char* host_ = nullptr;
+  Buffer device_;
+};
+
+}  // namespace nanovllm

@@ -1,0 +1,160 @@
+// Golden tests: the whole engine on the CPU against HF transformers (fp32, run on the GPU machine by
+// tools/hf_reference.py) on random-weight checkpoints that nanovllm-make-checkpoint regenerates from a seed.
+// Also: every prompt in one batch gives what it gives alone, under chunked prefill and prefix-cache hits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "nanovllm/llm.h"
+
+namespace nanovllm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr float kLogprobTolerance = 1e-3f;
+constexpr int kGreedyTokens = 48;
+
+struct Case {
+  std::vector<int32_t> prompt;
+  std::vector<std::vector<std::pair<int32_t, float>>> prompt_logprobs;  // [0] empty
+  std::vector<int32_t> greedy;
+};
+
+std::vector<Case> load_fixture(const fs::path& path, int& k) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open fixture " + path.string());
+  const json j = json::parse(in);
+  std::vector<Case> cases;
+  k = 0;
+  for (const json& p : j.at("prompts")) {
+    Case c;
+    c.prompt = p.at("prompt_token_ids").get<std::vector<int32_t>>();
+    for (const json& pos : p.at("prompt_logprobs")) {
+      c.prompt_logprobs.emplace_back();
+      if (pos.is_null()) continue;
+      for (const json& pair : pos) c.prompt_logprobs.back().emplace_back(pair[0].get<int32_t>(), pair[1].get<float>());
+      k = static_cast<int>(c.prompt_logprobs.back().size()) - 1;
+    }
+    c.greedy = p.at("greedy_token_ids").get<std::vector<int32_t>>();
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+fs::path golden_dir() {
+  const char* dir = std::getenv("NANOVLLM_GOLDEN_DIR");
+  return dir ? fs::path(dir) : fs::path(NANOVLLM_GOLDEN_DIR_DEFAULT);
+}
+
+SamplingParams greedy_params(int k) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = kGreedyTokens;
+  p.ignore_eos = true;
+  p.prompt_logprobs = k;
+  p.logprobs = 0;
+  return p;
+}
+
+EngineConfig cpu_config(const fs::path& model, int block_size, int max_batched_tokens, int max_seqs,
+                        int num_blocks = -1) {
+  EngineConfig c;
+  c.num_kvcache_blocks = num_blocks;
+  c.model = model.string();
+  c.device = "cpu";
+  c.kvcache_block_size = block_size;
+  c.max_model_len = 512;
+  c.max_num_batched_tokens = max_batched_tokens;
+  c.max_num_seqs = max_seqs;
+  c.show_progress = false;
+  return c;
+}
+
+// Our top-k against HF's: values within tolerance position by position; ids equal unless HF's own values
+// there are a near-tie (then either order is a correct answer).
+void expect_position_matches(const PositionLogprobs& ours, const std::vector<std::pair<int32_t, float>>& hf,
+                             const std::string& where) {
+  ASSERT_EQ(ours.size(), hf.size()) << where;
+  ASSERT_EQ(ours[0].first, hf[0].first) << where << ": scored token";
+  EXPECT_NEAR(ours[0].second, hf[0].second, kLogprobTolerance) << where << ": scored token logprob";
+  for (size_t j = 1; j < hf.size(); ++j) {
+    EXPECT_NEAR(ours[j].second, hf[j].second, kLogprobTolerance) << where << ": top-" << j << " logprob";
+    const bool tie = (j > 1 && std::fabs(hf[j].second - hf[j - 1].second) < 2 * kLogprobTolerance) ||
+                     (j + 1 < hf.size() && std::fabs(hf[j].second - hf[j + 1].second) < 2 * kLogprobTolerance);
+    if (!tie) EXPECT_EQ(ours[j].first, hf[j].first) << where << ": top-" << j << " id";
+  }
+}
+
+class GoldenTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    model_ = golden_dir() / GetParam();
+    fixture_ = fs::path(NANOVLLM_FIXTURE_DIR) / (GetParam() + ".json");
+    ASSERT_TRUE(fs::exists(model_ / "config.json")) << "checkpoint missing: " << model_;
+    ASSERT_TRUE(fs::exists(fixture_)) << "fixture missing: " << fixture_;
+    cases_ = load_fixture(fixture_, k_);
+    ASSERT_FALSE(cases_.empty());
+  }
+  fs::path model_, fixture_;
+  std::vector<Case> cases_;
+  int k_ = 0;
+};
+
+// Each prompt alone (one engine, so later prompts may hit the prefix cache of earlier ones) vs HF.
+TEST_P(GoldenTest, MatchesTransformersPromptByPrompt) {
+  LLM llm(cpu_config(model_, 16, 4096, 8));
+  double worst = 0;
+  for (size_t i = 0; i < cases_.size(); ++i) {
+    const Case& c = cases_[i];
+    auto out = llm.generate({Prompt::from_tokens(c.prompt)}, greedy_params(k_));
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_TRUE(out[0].error.empty()) << out[0].error;
+    EXPECT_EQ(out[0].token_ids, c.greedy) << "prompt " << i << ": greedy continuation differs";
+    const auto& plp = *out[0].prompt_logprobs;
+    ASSERT_EQ(plp.size(), c.prompt.size());
+    EXPECT_TRUE(plp[0].empty());
+    for (size_t p = 1; p < c.prompt.size(); ++p) {
+      expect_position_matches(plp[p], c.prompt_logprobs[p], "prompt " + std::to_string(i) + " position " + std::to_string(p));
+      worst = std::max(worst, static_cast<double>(std::fabs(plp[p][0].second - c.prompt_logprobs[p][0].second)));
+    }
+  }
+  std::printf("[golden %s] worst prompt-logprob error vs HF: %.3g\n", GetParam().c_str(), worst);
+}
+
+// All prompts in one generate call, under several scheduler shapes, give exactly what each gives alone.
+TEST_P(GoldenTest, BatchEqualsSingle) {
+  std::vector<Prompt> prompts;
+  for (const Case& c : cases_) prompts.push_back(Prompt::from_tokens(c.prompt));
+  struct Shape {
+    int block_size, max_batched_tokens, max_seqs, num_blocks;
+  };
+  // Everything at once; chunked prefill with few sequences a step; a cache so small that decode must
+  // preempt and recompute.
+  for (Shape s : {Shape{16, 4096, 64, -1}, Shape{16, 40, 3, -1}, Shape{32, 64, 64, -1}, Shape{16, 512, 64, 24}}) {
+    LLM llm(cpu_config(model_, s.block_size, s.max_batched_tokens, s.max_seqs, s.num_blocks));
+    auto outs = llm.generate(prompts, greedy_params(k_));
+    ASSERT_EQ(outs.size(), cases_.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const std::string where = "block " + std::to_string(s.block_size) + ", budget " +
+                                std::to_string(s.max_batched_tokens) + ", prompt " + std::to_string(i);
+      ASSERT_TRUE(outs[i].error.empty()) << outs[i].error;
+      EXPECT_EQ(outs[i].token_ids, cases_[i].greedy) << where;
+      const auto& plp = *outs[i].prompt_logprobs;
+      for (size_t p = 1; p < plp.size(); ++p)
+        expect_position_matches(plp[p], cases_[i].prompt_logprobs[p], where + " position " + std::to_string(p));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, GoldenTest,
+                         ::testing::Values("golden_tied_gqa2", "golden_untied_sharded", "qwen2_bias"));
+
+}  // namespace
+}  // namespace nanovllm
