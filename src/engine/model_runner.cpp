@@ -49,6 +49,7 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
 
   allocate_kv_cache();
   warmup();
+  if (!config.enforce_eager) capture_graphs();
 }
 
 ModelRunner::~ModelRunner() = default;
@@ -130,6 +131,52 @@ void ModelRunner::warmup() {
   backend_->synchronize();
 }
 
+void ModelRunner::pad_decode_rows(int from, int to) {
+  const int blocks_per_seq = meta_->limits().max_blocks_per_seq;
+  for (int s = from; s < to; ++s) {
+    meta_->input_ids()[s] = 0;
+    meta_->positions()[s] = 0;
+    meta_->slot_mapping()[s] = -1;
+    meta_->cu_seqlens_q()[s + 1] = s + 1;
+    meta_->seq_lens_k()[s] = 1;
+    meta_->logits_rows()[s] = s;
+    int32_t* table = meta_->block_tables() + static_cast<size_t>(s) * blocks_per_seq;
+    table[0] = 0;
+    for (int b = 1; b < blocks_per_seq; ++b) table[b] = -1;
+  }
+}
+
+StepTensors ModelRunner::decode_step(int num_seqs, int max_seqlen_k) const {
+  StepTensors step;
+  step.num_tokens = num_seqs;
+  step.input_ids = meta_->input_ids_tensor(num_seqs);
+  step.positions = meta_->positions_tensor(num_seqs);
+  step.slot_mapping = meta_->slot_mapping_tensor(num_seqs);
+  step.attention = meta_->attention(num_seqs, 1, max_seqlen_k, config_.kvcache_block_size, true);
+  return step;
+}
+
+// Decode steps as CUDA graphs per batch bucket (nano-vLLM's 1, 2, 4, 8, 16, 32, ...). A graph replays the
+// model and the lm_head over fixed metadata addresses; attention grids are sized for max_model_len keys and
+// read the real lengths from device memory, so one graph serves every context length.
+void ModelRunner::capture_graphs() {
+  const int max_bs = std::min(config_.max_num_seqs, 512);
+  std::vector<int> buckets;
+  for (int b : {1, 2, 4, 8})
+    if (b < max_bs) buckets.push_back(b);
+  for (int b = 16; b < max_bs; b += 16) buckets.push_back(b);
+  buckets.push_back(max_bs);
+  meta_->cu_seqlens_q()[0] = 0;
+  pad_decode_rows(0, max_bs);
+  meta_->upload(max_bs);
+  const int V = model_config_.vocab_size;
+  graphs_ = capture_decode_graphs(*backend_, buckets, [this, V](int b) {
+    model_->forward(decode_step(b, config_.max_model_len), kv_cache_);
+    Tensor logits = logits_buf_.view(DType::F32, {b, V});
+    model_->logits(meta_->logits_rows_tensor(b), logits);
+  });
+}
+
 StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   const int bs = config_.kvcache_block_size;
   const int blocks_per_seq = meta_->limits().max_blocks_per_seq;
@@ -181,21 +228,28 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
       }
     }
   }
-  meta_->upload(num_seqs);
-
   const bool decode_only = max_q == 1;
-  StepTensors step;
-  step.num_tokens = t;
-  step.input_ids = meta_->input_ids_tensor(t);
-  step.positions = meta_->positions_tensor(t);
-  step.slot_mapping = meta_->slot_mapping_tensor(t);
-  step.attention = meta_->attention(num_seqs, max_q, max_k, bs, decode_only);
-  model_->forward(step, kv_cache_);
+  const int bucket = decode_only && graphs_ ? graphs_->bucket_for(num_seqs) : 0;
+  if (bucket > 0) {
+    // Every decode sequence samples, so logits rows are 0..num_seqs-1 already; pad up to the bucket.
+    pad_decode_rows(num_seqs, bucket);
+    meta_->upload(bucket);
+    graphs_->replay(bucket);
+  } else {
+    meta_->upload(num_seqs);
+    StepTensors step;
+    step.num_tokens = t;
+    step.input_ids = meta_->input_ids_tensor(t);
+    step.positions = meta_->positions_tensor(t);
+    step.slot_mapping = meta_->slot_mapping_tensor(t);
+    step.attention = meta_->attention(num_seqs, max_q, max_k, bs, decode_only);
+    model_->forward(step, kv_cache_);
+  }
 
   StepOutput out;
   if (num_samples > 0) {
     Tensor logits = logits_buf_.view(DType::F32, {num_samples, model_config_.vocab_size});
-    model_->logits(meta_->logits_rows_tensor(num_samples), logits);
+    if (bucket == 0) model_->logits(meta_->logits_rows_tensor(num_samples), logits);
     Tensor ids = sampled_buf_.view(DType::I32, {num_samples});
     backend_->sample(logits, meta_->sampler_inputs(num_samples), ids);
     out.sampled.resize(num_samples);
