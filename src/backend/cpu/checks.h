@@ -1,0 +1,39 @@
+#pragma once
+// Argument checks shared by the CPU ops. A failed check is the engine's bug (it built a wrong call), so it
+// throws EngineError naming the op, the argument and what was expected. They cost nothing next to the ops.
+#include <string>
+
+#include "common/error.h"
+#include "common/tensor.h"
+
+namespace nanovllm::cpu {
+
+[[noreturn]] inline void fail(const char* op, const std::string& what) {
+  throw EngineError(std::string("cpu ") + op + ": " + what);
+}
+
+inline void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) fail(op, what);
+}
+
+inline void require_dtype(const Tensor& t, DType dtype, const char* op, const char* name) {
+  if (t.empty()) fail(op, std::string(name) + " is empty");
+  if (t.dtype != dtype)
+    fail(op, std::string(name) + " is " + dtype_name(t.dtype) + ", expected " + dtype_name(dtype));
+}
+
+// t holds `rows` rows of `cols` elements (any split of the trailing dimensions).
+inline void require_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* name) {
+  const bool ok = t.ndim >= 1 && t.dim(0) == rows && t.numel() == rows * cols;
+  if (!ok)
+    fail(op, std::string(name) + " has shape " + t.shape_string() + ", expected [" + std::to_string(rows) +
+                 ", " + std::to_string(cols) + "]");
+}
+
+inline void require_vector(const Tensor& t, int64_t n, const char* op, const char* name) {
+  if (t.numel() != n)
+    fail(op, std::string(name) + " has shape " + t.shape_string() + ", expected " + std::to_string(n) +
+                 " elements");
+}
+
+}  // namespace nanovllm::cpu
