@@ -1,0 +1,36 @@
+// SamplingParams::validate(): the ranges vLLM accepts.
+#include <cmath>
+#include <string>
+
+#include "engine/validation_message.h"
+#include "nanovllm/sampling_params.h"
+
+namespace nanovllm {
+
+namespace {
+constexpr int kMaxLogprobs = 20;
+}
+
+void SamplingParams::validate() const {
+  // Comparisons are written so that NaN fails them.
+  if (!(std::isfinite(temperature) && temperature >= 0.0f)) {
+    throw_invalid_setting("temperature", ">= 0 and finite", temperature);
+  }
+  if (!(top_p > 0.0f && top_p <= 1.0f)) throw_invalid_setting("top_p", "in (0, 1]", top_p);
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) throw_invalid_setting("min_p", "in [0, 1]", min_p);
+  if (top_k < -1) throw_invalid_setting("top_k", "-1 (off) or >= 0 (0 is off too)", top_k);
+  if (max_tokens < 1) throw_invalid_setting("max_tokens", ">= 1", max_tokens);
+  if (min_tokens < 0) throw_invalid_setting("min_tokens", ">= 0", min_tokens);
+  if (min_tokens > max_tokens) {
+    throw_invalid_setting("min_tokens", ("<= max_tokens (" + std::to_string(max_tokens) + ")").c_str(), min_tokens);
+  }
+  if (logprobs && (*logprobs < 0 || *logprobs > kMaxLogprobs)) throw_invalid_setting("logprobs", "in [0, 20]", *logprobs);
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs)) {
+    throw_invalid_setting("prompt_logprobs", "in [0, 20]", *prompt_logprobs);
+  }
+  for (size_t i = 0; i < stop.size(); ++i) {
+    if (stop[i].empty()) throw_invalid_setting(("stop[" + std::to_string(i) + "]").c_str(), "non-empty", stop[i]);
+  }
+}
+
+}  // namespace nanovllm

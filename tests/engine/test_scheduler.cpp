@@ -1,0 +1,491 @@
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "common/error.h"
+#include "engine/scheduler.h"
+#include "test_util.h"
+
+namespace nanovllm {
+namespace {
+
+using test::fake_next_token;
+using test::params_with;
+using test::random_tokens;
+using test::small_config;
+
+constexpr int32_t kEos = 7;
+
+std::vector<int32_t> fake_samples(const ScheduledBatch& batch) {
+  std::vector<int32_t> sampled;
+  for (const auto& item : batch.items) {
+    if (item.samples) sampled.push_back(fake_next_token(item.seq->seq_id, item.seq->size()));
+  }
+  return sampled;
+}
+
+// schedule + fake model + postprocess.
+ScheduledBatch step(Scheduler& scheduler) {
+  ScheduledBatch batch = scheduler.schedule();
+  scheduler.postprocess(batch, fake_samples(batch));
+  return batch;
+}
+
+// One step in which every sampling sequence draws `token`.
+ScheduledBatch step_sampling(Scheduler& scheduler, int32_t token) {
+  ScheduledBatch batch = scheduler.schedule();
+  std::vector<int32_t> sampled(batch.num_samples(), token);
+  scheduler.postprocess(batch, sampled);
+  return batch;
+}
+
+Sequence* add(Scheduler& scheduler, int64_t id, std::vector<int32_t> prompt, SamplingParams params) {
+  scheduler.add(std::make_unique<Sequence>(id, std::move(prompt), std::move(params)));
+  return scheduler.find(id);
+}
+
+TEST(Scheduler, PrefillThenDecode) {
+  std::mt19937 rng(1);
+  Scheduler scheduler(small_config(16, 256, 8, 1024), 32, {kEos});
+  Sequence* seq = add(scheduler, 1, random_tokens(rng, 21), params_with(3));
+  EXPECT_FALSE(scheduler.is_finished());
+  EXPECT_EQ(scheduler.num_waiting(), 1);
+
+  ScheduledBatch prefill = scheduler.schedule();
+  ASSERT_TRUE(prefill.is_prefill);
+  ASSERT_EQ(prefill.items.size(), 1u);
+  EXPECT_EQ(prefill.items[0].seq, seq);
+  EXPECT_EQ(prefill.items[0].num_new_tokens, 21);
+  EXPECT_TRUE(prefill.items[0].samples);
+  EXPECT_EQ(prefill.num_tokens, 21);
+  EXPECT_EQ(seq->status, SequenceStatus::Running);
+  EXPECT_EQ(seq->block_table.size(), 2u);
+  scheduler.postprocess(prefill, std::vector<int32_t>{fake_next_token(1, 21)});
+  EXPECT_EQ(seq->size(), 22);
+  EXPECT_EQ(seq->num_computed_tokens, 21);
+  EXPECT_EQ(scheduler.num_running(), 1);
+
+  ScheduledBatch decode = scheduler.schedule();
+  ASSERT_FALSE(decode.is_prefill);
+  ASSERT_EQ(decode.items.size(), 1u);
+  EXPECT_EQ(decode.items[0].num_new_tokens, 1);
+  EXPECT_TRUE(decode.items[0].samples);
+  EXPECT_EQ(decode.num_tokens, 1);
+  scheduler.postprocess(decode, fake_samples(decode));
+  EXPECT_EQ(seq->num_computed_tokens, 22);
+  step(scheduler);
+  EXPECT_TRUE(scheduler.is_finished());
+  auto finished = scheduler.take_finished();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0], seq);
+  EXPECT_EQ(seq->finish_reason, FinishReason::Length);
+  EXPECT_EQ(seq->num_completion_tokens(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(seq->completion_token_ids()[i], fake_next_token(1, 21 + i));
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 32);
+  EXPECT_TRUE(scheduler.take_finished().empty());
+  scheduler.release(1);
+  EXPECT_EQ(scheduler.find(1), nullptr);
+}
+
+TEST(Scheduler, ContinuousBatchingUnderMaxNumSeqs) {
+  std::mt19937 rng(2);
+  Scheduler scheduler(small_config(16, 1024, 2, 1024), 64, {kEos});
+  add(scheduler, 1, random_tokens(rng, 10), params_with(2));
+  add(scheduler, 2, random_tokens(rng, 11), params_with(4));
+  add(scheduler, 3, random_tokens(rng, 12), params_with(4));
+  add(scheduler, 4, random_tokens(rng, 13), params_with(4));
+
+  ScheduledBatch b1 = step(scheduler);  // admits 1 and 2 only: at most 2 sequences run
+  ASSERT_TRUE(b1.is_prefill);
+  ASSERT_EQ(b1.items.size(), 2u);
+  EXPECT_EQ(b1.items[0].seq->seq_id, 1);
+  EXPECT_EQ(b1.items[1].seq->seq_id, 2);
+  EXPECT_EQ(scheduler.num_waiting(), 2);
+  EXPECT_EQ(scheduler.num_running(), 2);
+
+  ScheduledBatch b2 = step(scheduler);  // decode both; 1 reaches max_tokens = 2
+  ASSERT_FALSE(b2.is_prefill);
+  EXPECT_EQ(b2.items.size(), 2u);
+  ASSERT_EQ(scheduler.take_finished().size(), 1u);
+  EXPECT_EQ(scheduler.num_running(), 1);
+
+  ScheduledBatch b3 = step(scheduler);  // a slot is free: 3 is admitted, decoding waits one step
+  ASSERT_TRUE(b3.is_prefill);
+  ASSERT_EQ(b3.items.size(), 1u);
+  EXPECT_EQ(b3.items[0].seq->seq_id, 3);
+  EXPECT_EQ(b3.items[0].num_new_tokens, 12);
+
+  ScheduledBatch b4 = step(scheduler);
+  ASSERT_FALSE(b4.is_prefill);
+  ASSERT_EQ(b4.items.size(), 2u);
+  EXPECT_EQ(b4.items[0].seq->seq_id, 2);  // oldest first
+  EXPECT_EQ(b4.items[1].seq->seq_id, 3);
+
+  int steps = 0;
+  while (!scheduler.is_finished() && steps++ < 100) {
+    ScheduledBatch batch = step(scheduler);
+    EXPECT_LE(static_cast<int>(batch.items.size()), 2);
+  }
+  EXPECT_TRUE(scheduler.is_finished());
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 64);
+}
+
+TEST(Scheduler, TokenBudgetChunksTheLastAdmittedPrompt) {
+  std::mt19937 rng(3);
+  Scheduler scheduler(small_config(16, 32, 8, 1024), 64, {kEos});
+  for (int id = 1; id <= 4; ++id) add(scheduler, id, random_tokens(rng, 10), params_with(2));
+
+  ScheduledBatch b1 = step(scheduler);
+  ASSERT_TRUE(b1.is_prefill);
+  ASSERT_EQ(b1.items.size(), 4u);
+  EXPECT_EQ(b1.num_tokens, 32);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(b1.items[i].num_new_tokens, 10);
+    EXPECT_TRUE(b1.items[i].samples);
+  }
+  EXPECT_EQ(b1.items[3].num_new_tokens, 2);  // what is left of the budget
+  EXPECT_FALSE(b1.items[3].samples);
+  Sequence* fourth = scheduler.find(4);
+  EXPECT_EQ(fourth->num_computed_tokens, 2);
+  EXPECT_EQ(fourth->size(), 10);  // no token sampled for a partial prefill
+
+  ScheduledBatch b2 = step(scheduler);  // the rest of 4 before any decoding
+  ASSERT_TRUE(b2.is_prefill);
+  ASSERT_EQ(b2.items.size(), 1u);
+  EXPECT_EQ(b2.items[0].seq, fourth);
+  EXPECT_EQ(b2.items[0].num_new_tokens, 8);
+  EXPECT_TRUE(b2.items[0].samples);
+  EXPECT_EQ(fourth->size(), 11);
+
+  ScheduledBatch b3 = step(scheduler);
+  ASSERT_FALSE(b3.is_prefill);
+  EXPECT_EQ(b3.items.size(), 4u);
+}
+
+TEST(Scheduler, ChunkedPrefillOfALongPromptBlocksDecoding) {
+  std::mt19937 rng(4);
+  Scheduler scheduler(small_config(16, 64, 8, 1024), 64, {kEos});
+  Sequence* short_seq = add(scheduler, 1, random_tokens(rng, 5), params_with(10));
+  const auto long_prompt = random_tokens(rng, 200);
+  Sequence* long_seq = add(scheduler, 2, long_prompt, params_with(3));
+
+  ScheduledBatch b1 = step(scheduler);
+  ASSERT_TRUE(b1.is_prefill);
+  ASSERT_EQ(b1.items.size(), 2u);
+  EXPECT_EQ(b1.items[0].num_new_tokens, 5);
+  EXPECT_TRUE(b1.items[0].samples);
+  EXPECT_EQ(b1.items[1].num_new_tokens, 59);
+  EXPECT_FALSE(b1.items[1].samples);
+  EXPECT_EQ(long_seq->block_table.size(), 13u);  // blocks for all 200 tokens at admission
+  EXPECT_EQ(scheduler.num_running(), 2);
+
+  int computed = 59;
+  for (int expected : {64, 64, 13}) {
+    ScheduledBatch batch = step(scheduler);
+    ASSERT_TRUE(batch.is_prefill) << "no decoding while a prefill is unfinished";
+    ASSERT_EQ(batch.items.size(), 1u);
+    EXPECT_EQ(batch.items[0].seq, long_seq);
+    EXPECT_EQ(batch.items[0].num_new_tokens, expected);
+    EXPECT_EQ(batch.items[0].samples, computed + expected == 200);
+    computed += expected;
+    EXPECT_EQ(long_seq->num_computed_tokens, computed);
+  }
+  EXPECT_EQ(long_seq->size(), 201);
+  EXPECT_EQ(short_seq->size(), 6);
+
+  ScheduledBatch decode = step(scheduler);
+  ASSERT_FALSE(decode.is_prefill);
+  EXPECT_EQ(decode.items.size(), 2u);
+  EXPECT_EQ(long_seq->completion_token_ids()[0], fake_next_token(2, 200));
+
+  // The long prompt's blocks were registered chunk by chunk: a copy of it hits all 12 full blocks.
+  Sequence* copy = add(scheduler, 3, long_prompt, params_with(1));
+  ScheduledBatch b = scheduler.schedule();
+  ASSERT_TRUE(b.is_prefill);
+  EXPECT_EQ(copy->num_cached_tokens, 192);
+  EXPECT_EQ(b.items[0].num_new_tokens, 8);
+  scheduler.postprocess(b, fake_samples(b));
+}
+
+TEST(Scheduler, PromptLongerThanTheBudgetWithOthersWaiting) {
+  std::mt19937 rng(5);
+  Scheduler scheduler(small_config(16, 16, 8, 1024), 64, {kEos});
+  add(scheduler, 1, random_tokens(rng, 40), params_with(1));
+  add(scheduler, 2, random_tokens(rng, 3), params_with(1));
+  std::vector<std::pair<int64_t, int>> chunks;
+  while (!scheduler.is_finished()) {
+    ScheduledBatch batch = step(scheduler);
+    for (const auto& item : batch.items) chunks.emplace_back(item.seq->seq_id, item.num_new_tokens);
+  }
+  // 1 is chunked 16 + 16 + 8, then 2 joins the step in which 1's prefill completes.
+  const std::vector<std::pair<int64_t, int>> expected = {{1, 16}, {1, 16}, {1, 8}, {2, 3}};
+  EXPECT_EQ(chunks, expected);
+}
+
+TEST(Scheduler, PreemptsTheNewestAndRecomputesIt) {
+  std::mt19937 rng(6);
+  // 6 blocks of 16: three sequences of 20-token prompts (2 blocks each) fill the cache; growing past 32 tokens
+  // needs a third block each.
+  Scheduler scheduler(small_config(16, 1024, 8, 1024), 6, {kEos});
+  std::vector<Sequence*> seqs;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int id = 1; id <= 3; ++id) {
+    prompts.push_back(random_tokens(rng, 20));
+    seqs.push_back(add(scheduler, id, prompts.back(), params_with(30)));
+  }
+  bool saw_recompute = false;
+  int steps = 0;
+  while (!scheduler.is_finished() && steps++ < 1000) {
+    ScheduledBatch batch = scheduler.schedule();
+    ASSERT_FALSE(batch.empty());
+    for (const auto& item : batch.items) {
+      // A re-admitted sequence prefills its prompt and the tokens generated so far again.
+      if (batch.is_prefill && item.seq->num_completion_tokens() > 0) {
+        saw_recompute = true;
+        EXPECT_EQ(item.num_new_tokens, item.seq->size() - item.seq->num_cached_tokens);
+        EXPECT_TRUE(item.samples);
+      }
+    }
+    scheduler.postprocess(batch, fake_samples(batch));
+    EXPECT_LE(scheduler.block_manager().num_free_blocks(), 6);
+  }
+  ASSERT_TRUE(scheduler.is_finished());
+  EXPECT_GT(scheduler.num_preemptions(), 0);
+  EXPECT_TRUE(saw_recompute);
+  for (int i = 0; i < 3; ++i) {
+    Sequence* seq = seqs[i];
+    EXPECT_EQ(seq->finish_reason, FinishReason::Length);
+    ASSERT_EQ(seq->num_completion_tokens(), 30);
+    EXPECT_TRUE(std::equal(prompts[i].begin(), prompts[i].end(), seq->token_ids.begin()));
+    for (int k = 0; k < 30; ++k) EXPECT_EQ(seq->completion_token_ids()[k], fake_next_token(seq->seq_id, 20 + k));
+  }
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 6);
+}
+
+TEST(Scheduler, PreemptedSequenceGoesBackToTheFrontOfWaiting) {
+  std::mt19937 rng(7);
+  // 4 blocks: 1 and 2 take 2 blocks each (prompts of 32); at 33 tokens both need a third block.
+  Scheduler scheduler(small_config(16, 1024, 8, 1024), 4, {kEos});
+  add(scheduler, 1, random_tokens(rng, 32), params_with(20));
+  add(scheduler, 2, random_tokens(rng, 32), params_with(20));
+  add(scheduler, 3, random_tokens(rng, 40), params_with(3));
+  step(scheduler);  // prefill 1 and 2 (3 does not fit)
+  EXPECT_EQ(scheduler.num_running(), 2);
+  EXPECT_EQ(scheduler.num_waiting(), 1);
+  ScheduledBatch decode = step(scheduler);  // 1 needs a block: 2 (the newest) is preempted
+  ASSERT_FALSE(decode.is_prefill);
+  ASSERT_EQ(decode.items.size(), 1u);
+  EXPECT_EQ(decode.items[0].seq->seq_id, 1);
+  EXPECT_EQ(scheduler.num_preemptions(), 1);
+  Sequence* second = scheduler.find(2);
+  EXPECT_EQ(second->status, SequenceStatus::Waiting);
+  EXPECT_TRUE(second->block_table.empty());
+  EXPECT_EQ(second->num_computed_tokens, 0);
+  EXPECT_EQ(scheduler.num_waiting(), 2);
+  // 1 keeps decoding; when 1 finishes, 2 comes back before 3.
+  std::vector<int64_t> admitted;
+  while (!scheduler.is_finished()) {
+    ScheduledBatch batch = step(scheduler);
+    if (batch.is_prefill) {
+      for (const auto& item : batch.items) admitted.push_back(item.seq->seq_id);
+    }
+  }
+  ASSERT_GE(admitted.size(), 2u);
+  EXPECT_EQ(admitted[0], 2);
+  EXPECT_EQ(scheduler.find(2)->num_completion_tokens(), 20);
+  EXPECT_EQ(scheduler.find(3)->num_completion_tokens(), 3);
+}
+
+TEST(Scheduler, StopsAtEos) {
+  std::mt19937 rng(8);
+  Scheduler scheduler(small_config(16, 1024, 8, 1024), 16, {kEos, 8});
+  Sequence* seq = add(scheduler, 1, random_tokens(rng, 9), params_with(10, /*ignore_eos=*/false));
+  step(scheduler);
+  step_sampling(scheduler, 8);  // the second EOS id
+  EXPECT_TRUE(scheduler.is_finished());
+  EXPECT_EQ(seq->finish_reason, FinishReason::Stop);
+  EXPECT_EQ(seq->num_completion_tokens(), 2);
+  EXPECT_EQ(seq->last_token(), 8);
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 16);
+}
+
+TEST(Scheduler, IgnoreEosRunsToMaxTokens) {
+  std::mt19937 rng(9);
+  Scheduler scheduler(small_config(16, 1024, 8, 1024), 16, {kEos});
+  Sequence* seq = add(scheduler, 1, random_tokens(rng, 9), params_with(4, /*ignore_eos=*/true));
+  while (!scheduler.is_finished()) step_sampling(scheduler, kEos);
+  EXPECT_EQ(seq->finish_reason, FinishReason::Length);
+  EXPECT_EQ(seq->num_completion_tokens(), 4);
+}
+
+TEST(Scheduler, MinTokensDelaysEosAndStopTokens) {
+  std::mt19937 rng(10);
+  Scheduler scheduler(small_config(16, 1024, 8, 1024), 16, {kEos});
+  SamplingParams params = params_with(10, /*ignore_eos=*/false);
+  params.min_tokens = 3;
+  params.stop_token_ids = {55};
+  Sequence* seq = add(scheduler, 1, random_tokens(rng, 9), params);
+  step_sampling(scheduler, kEos);  // completion token 1: too early
+  step_sampling(scheduler, 55);    // 2: too early
+  EXPECT_FALSE(scheduler.is_finished());
+  step_sampling(scheduler, 55);  // 3: counts
+  EXPECT_TRUE(scheduler.is_finished());
+  EXPECT_EQ(seq->finish_reason, FinishReason::Stop);
+  EXPECT_EQ(seq->num_completion_tokens(), 3);
+}
+
+TEST(Scheduler, StopTokenIdsStopEvenWithIgnoreEos) {
+  std::mt19937 rng(11);
+  Scheduler scheduler(small_config(16, 1024, 8, 1024), 16, {kEos});
+  SamplingParams params = params_with(10, /*ignore_eos=*/true);
+  params.stop_token_ids = {55, 56};
+  Sequence* seq = add(scheduler, 1, random_tokens(rng, 9), params);
+  step_sampling(scheduler, kEos);
+  EXPECT_FALSE(scheduler.is_finished());
+  step_sampling(scheduler, 56);
+  EXPECT_TRUE(scheduler.is_finished());
+  EXPECT_EQ(seq->finish_reason, FinishReason::Stop);
+  EXPECT_EQ(seq->num_completion_tokens(), 2);
+}
+
+TEST(Scheduler, StopWinsOverLengthOnTheSameToken) {
+  std::mt19937 rng(12);
+  Scheduler scheduler(small_config(16, 1024, 8, 1024), 16, {kEos});
+  Sequence* seq = add(scheduler, 1, random_tokens(rng, 9), params_with(1, /*ignore_eos=*/false));
+  step_sampling(scheduler, kEos);
+  EXPECT_EQ(seq->finish_reason, FinishReason::Stop);
+}
+
+TEST(Scheduler, MaxModelLenEndsWithLength) {
+  std::mt19937 rng(13);
+  Scheduler scheduler(small_config(16, 1024, 8, 24), 16, {kEos});
+  Sequence* seq = add(scheduler, 1, random_tokens(rng, 20), params_with(100));
+  Sequence* full = add(scheduler, 2, random_tokens(rng, 24), params_with(100));  // exactly max_model_len
+  while (!scheduler.is_finished()) step(scheduler);
+  EXPECT_EQ(seq->finish_reason, FinishReason::Length);
+  EXPECT_EQ(seq->size(), 24);
+  EXPECT_EQ(seq->num_completion_tokens(), 4);
+  EXPECT_EQ(full->finish_reason, FinishReason::Length);
+  EXPECT_EQ(full->num_completion_tokens(), 1);  // as vLLM: a full-length prompt still gets one token
+}
+
+TEST(Scheduler, AbortWaitingRunningAndPrefilling) {
+  std::mt19937 rng(14);
+  Scheduler scheduler(small_config(16, 40, 8, 1024), 32, {kEos});
+  Sequence* running = add(scheduler, 1, random_tokens(rng, 20), params_with(50));
+  Sequence* prefilling = add(scheduler, 2, random_tokens(rng, 100), params_with(50));
+  Sequence* waiting = add(scheduler, 3, random_tokens(rng, 20), params_with(50));
+  step(scheduler);
+  ASSERT_EQ(running->status, SequenceStatus::Running);
+  ASSERT_EQ(prefilling->num_computed_tokens, 20);  // mid-prefill
+  ASSERT_EQ(waiting->status, SequenceStatus::Waiting);
+  const int free_before = scheduler.block_manager().num_free_blocks();
+
+  scheduler.abort(2);
+  EXPECT_EQ(prefilling->status, SequenceStatus::Finished);
+  EXPECT_EQ(prefilling->finish_reason, FinishReason::Abort);
+  EXPECT_TRUE(prefilling->block_table.empty());
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), free_before + 7);
+  scheduler.abort(3);
+  EXPECT_EQ(scheduler.num_waiting(), 0);
+  EXPECT_EQ(waiting->finish_reason, FinishReason::Abort);
+
+  ScheduledBatch batch = scheduler.schedule();  // only 1 is left: it decodes
+  ASSERT_FALSE(batch.is_prefill);
+  ASSERT_EQ(batch.items.size(), 1u);
+  scheduler.abort(1);  // between schedule() and postprocess(): the result is dropped
+  scheduler.postprocess(batch, fake_samples(batch));
+  EXPECT_EQ(running->finish_reason, FinishReason::Abort);
+  EXPECT_EQ(running->num_completion_tokens(), 1);
+  EXPECT_TRUE(scheduler.is_finished());
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 32);
+  EXPECT_EQ(scheduler.take_finished().size(), 3u);
+
+  scheduler.abort(1);   // already finished: nothing happens
+  scheduler.abort(99);  // unknown: nothing happens
+  EXPECT_TRUE(scheduler.take_finished().empty());
+  for (int64_t id : {1, 2, 3}) scheduler.release(id);
+  EXPECT_TRUE(scheduler.schedule().empty());
+}
+
+TEST(Scheduler, FinishForStopStrings) {
+  std::mt19937 rng(15);
+  Scheduler scheduler(small_config(16, 1024, 8, 1024), 16, {kEos});
+  Sequence* seq = add(scheduler, 1, random_tokens(rng, 9), params_with(10));
+  Sequence* last = add(scheduler, 2, random_tokens(rng, 9), params_with(1));
+  step(scheduler);
+  scheduler.finish(1, FinishReason::Stop);
+  EXPECT_EQ(seq->status, SequenceStatus::Finished);
+  EXPECT_EQ(seq->finish_reason, FinishReason::Stop);
+  EXPECT_TRUE(seq->block_table.empty());
+  // 2 finished by length in the same step; its last token also completed a stop string.
+  EXPECT_EQ(last->finish_reason, FinishReason::Length);
+  scheduler.finish(2, FinishReason::Stop);
+  EXPECT_EQ(last->finish_reason, FinishReason::Stop);
+  EXPECT_EQ(scheduler.take_finished().size(), 2u);
+  EXPECT_TRUE(scheduler.is_finished());
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 16);
+}
+
+TEST(Scheduler, AddRejectsWhatCouldNeverRun) {
+  std::mt19937 rng(16);
+  Scheduler scheduler(small_config(16, 1024, 8, 100), 4, {kEos});
+  EXPECT_THROW(add(scheduler, 1, {}, params_with(1)), InvalidInput);
+  EXPECT_THROW(add(scheduler, 2, random_tokens(rng, 101), params_with(1)), InvalidInput);
+  SamplingParams bad = params_with(1);
+  bad.top_p = 0.0f;
+  EXPECT_THROW(add(scheduler, 3, random_tokens(rng, 5), bad), InvalidInput);
+  // 4 blocks of 16 hold 64 tokens: a 60-token prompt with 5 more tokens needs KV for 64: fits.
+  EXPECT_NO_THROW(add(scheduler, 4, random_tokens(rng, 60), params_with(5)));
+  try {
+    add(scheduler, 5, random_tokens(rng, 60), params_with(6));  // 65 tokens of KV: 5 blocks
+    FAIL() << "expected InvalidInput";
+  } catch (const InvalidInput& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("5 KV cache blocks"), std::string::npos) << message;
+    EXPECT_NE(message.find("only 4 blocks"), std::string::npos) << message;
+  }
+  // max_model_len caps the length, so a huge max_tokens is fine when max_model_len fits.
+  Scheduler roomy(small_config(16, 1024, 8, 64), 4, {kEos});
+  EXPECT_NO_THROW(add(roomy, 6, random_tokens(rng, 10), params_with(100000)));
+  EXPECT_THROW(add(roomy, 6, random_tokens(rng, 10), params_with(1)), EngineError);  // id in use
+  EXPECT_EQ(scheduler.num_waiting(), 1);
+}
+
+TEST(Scheduler, ReleaseRequiresAFinishedSequence) {
+  std::mt19937 rng(17);
+  Scheduler scheduler(small_config(16, 1024, 8, 1024), 16, {kEos});
+  add(scheduler, 1, random_tokens(rng, 9), params_with(3));
+  EXPECT_THROW(scheduler.release(1), EngineError);
+  scheduler.abort(1);
+  scheduler.release(1);  // before take_finished: it is dropped from the finished list too
+  EXPECT_TRUE(scheduler.take_finished().empty());
+  EXPECT_EQ(scheduler.find(1), nullptr);
+}
+
+TEST(Scheduler, PostprocessChecksTheSampleCount) {
+  std::mt19937 rng(18);
+  Scheduler scheduler(small_config(16, 1024, 8, 1024), 16, {kEos});
+  add(scheduler, 1, random_tokens(rng, 9), params_with(3));
+  ScheduledBatch batch = scheduler.schedule();
+  EXPECT_THROW(scheduler.postprocess(batch, std::vector<int32_t>{}), EngineError);
+}
+
+TEST(Scheduler, DecodeBatchIsBoundedByTheTokenBudget) {
+  std::mt19937 rng(19);
+  // max_num_batched_tokens below max_num_seqs: a decode step still computes at most 3 tokens, and every
+  // sequence gets its turn.
+  Scheduler scheduler(small_config(16, 3, 8, 1024), 64, {kEos});
+  for (int id = 1; id <= 5; ++id) add(scheduler, id, random_tokens(rng, 2), params_with(4));
+  int steps = 0;
+  while (!scheduler.is_finished() && steps++ < 200) {
+    ScheduledBatch batch = step(scheduler);
+    EXPECT_LE(batch.num_tokens, 3);
+  }
+  ASSERT_TRUE(scheduler.is_finished());
+  for (int id = 1; id <= 5; ++id) EXPECT_EQ(scheduler.find(id)->num_completion_tokens(), 4);
+}
+
+}  // namespace
+}  // namespace nanovllm
