@@ -1,0 +1,490 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+#include "common/half_float.h"
+
+namespace nanovllm {
+namespace {
+
+constexpr size_t kGemmWorkspaceBytes = 32u << 20;  // what cuBLASLt suggests for Hopper
+constexpr int kMaxDevices = 64;
+
+// Live device bytes per device. Buffer's deleter is a plain function pointer (no context), so the size of
+// each allocation has to be found again at free time: this registry is the one process-wide table that
+// makes that possible.
+struct AllocationRegistry {
+  std::mutex mutex;
+  std::unordered_map<void*, std::pair<int, size_t>> live;  // pointer -> (device, bytes)
+  std::array<size_t, kMaxDevices> bytes_by_device{};
+};
+
+AllocationRegistry& registry() {
+  static AllocationRegistry instance;
+  return instance;
+}
+
+void free_device(void* ptr) {
+  if (ptr == nullptr) return;
+  int device = -1;
+  {
+    AllocationRegistry& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto it = r.live.find(ptr);
+    if (it != r.live.end()) {
+      device = it->second.first;
+      r.bytes_by_device[device] -= it->second.second;
+      r.live.erase(it);
+    }
+  }
+  int current = -1;
+  cudaGetDevice(&current);
+  if (device >= 0 && device != current) cudaSetDevice(device);
+  const cudaError_t err = cudaFree(ptr);
+  if (device >= 0 && device != current) cudaSetDevice(current);
+  if (err != cudaSuccess) std::fprintf(stderr, "nanovllm: cudaFree failed: %s\n", cudaGetErrorString(err));
+}
+
+void free_pinned(void* ptr) {
+  if (ptr == nullptr) return;
+  const cudaError_t err = cudaFreeHost(ptr);
+  if (err != cudaSuccess) std::fprintf(stderr, "nanovllm: cudaFreeHost failed: %s\n", cudaGetErrorString(err));
+}
+
+void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw EngineError(std::string(op) + ": " + what);
+}
+
+void require_dtype(const Tensor& t, DType dtype, const char* op, const char* name) {
+  require(t.dtype == dtype, op,
+          std::string(name) + " has dtype " + dtype_name(t.dtype) + ", expected " + dtype_name(dtype));
+  require(!t.empty() || t.numel() == 0, op, std::string(name) + " has no data");
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+const __nv_bfloat16* bf16(const Tensor& t) { return static_cast<const __nv_bfloat16*>(t.data); }
+__nv_bfloat16* bf16_mut(const Tensor& t) { return static_cast<__nv_bfloat16*>(t.data); }
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device_index) : device_(device_index) {
+  int count = 0;
+  NANOVLLM_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (device_index < 0 || device_index >= count || device_index >= kMaxDevices) {
+    throw EngineError("CudaBackend: device " + std::to_string(device_index) + " does not exist (" +
+                      std::to_string(count) + " CUDA devices)");
+  }
+  make_current();
+  NANOVLLM_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
+  NANOVLLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  gemm_workspace_ = allocate(kGemmWorkspaceBytes);
+  gemm_ = std::make_unique<cuda::Gemm>(gemm_workspace_.data(), kGemmWorkspaceBytes);
+}
+
+CudaBackend::~CudaBackend() {
+  make_current();
+  if (stream_) cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::make_current() const { NANOVLLM_CUDA_CHECK(cudaSetDevice(device_)); }
+
+std::string CudaBackend::device_name() const { return props_.name; }
+
+CudaBackend::MemoryInfo CudaBackend::memory_info() const {
+  make_current();
+  MemoryInfo info{};
+  NANOVLLM_CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
+size_t CudaBackend::bytes_allocated() const {
+  AllocationRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.bytes_by_device[device_];
+}
+
+void CudaBackend::reserve(const BackendLimits& limits) {
+  make_current();
+  limits_ = limits;
+  if (limits.max_num_seqs > 0 && limits.num_heads > 0 && limits.head_dim > 0 && limits.max_model_len > 0) {
+    const size_t bytes =
+        cuda::decode_workspace_bytes(limits.max_num_seqs, limits.num_heads, limits.head_dim, limits.max_model_len);
+    attention_workspace_ = bytes ? allocate(bytes) : Buffer();
+  }
+  if (limits.max_logits_rows > 0 && limits.vocab_size > 0) {
+    sampler_workspace_ = allocate(cuda::sampler_workspace_bytes(limits.max_logits_rows, limits.vocab_size));
+  }
+  reserved_ = true;
+}
+
+Buffer CudaBackend::allocate(size_t bytes) {
+  make_current();
+  void* ptr = nullptr;
+  if (bytes > 0) {
+    const cudaError_t err = cudaMalloc(&ptr, bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // clear it: out of memory is reported here, not by the next launch
+      throw EngineError("cudaMalloc of " + std::to_string(bytes) + " bytes on device " + std::to_string(device_) +
+                        " failed: " + cudaGetErrorString(err));
+    }
+    AllocationRegistry& r = registry();
+    std::lock_guard lock(r.mutex);
+    r.live[ptr] = {device_, bytes};
+    r.bytes_by_device[device_] += bytes;
+  }
+  return Buffer(ptr, bytes, &free_device);
+}
+
+Buffer CudaBackend::allocate_pinned(size_t bytes) {
+  void* ptr = nullptr;
+  if (bytes > 0) NANOVLLM_CUDA_CHECK(cudaMallocHost(&ptr, bytes));
+  return Buffer(ptr, bytes, &free_pinned);
+}
+
+void CudaBackend::upload(const void* host, void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  make_current();
+  NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+  NANOVLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::download(const void* src, void* host, size_t bytes) {
+  if (bytes == 0) return;
+  make_current();
+  NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  NANOVLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::upload_async(const void* pinned_src, void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::download_async(const void* src, void* pinned_dst, size_t bytes) {
+  if (bytes == 0) return;
+  NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(pinned_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+}
+
+void CudaBackend::synchronize() {
+  make_current();
+  NANOVLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) {
+  if (numel <= 0) return;
+  if (src_dtype == DType::BF16) return upload(host_src, dst, static_cast<size_t>(numel) * 2);
+  require(src_dtype == DType::F32 || src_dtype == DType::F16, "upload_converted",
+          std::string("cannot convert ") + dtype_name(src_dtype) + " to BF16");
+  make_current();
+  // Convert on the host into two pinned halves: one is filled while the other's copy runs.
+  constexpr int64_t kChunkElems = 4 << 20;
+  const int64_t chunk = std::min(numel, kChunkElems);
+  Buffer staging = allocate_pinned(static_cast<size_t>(2 * chunk) * sizeof(uint16_t));
+  std::array<cudaEvent_t, 2> copied{};
+  for (auto& e : copied) NANOVLLM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  auto destroy_events = [&] {
+    for (auto& e : copied) cudaEventDestroy(e);
+  };
+  try {
+    auto* out = static_cast<uint16_t*>(dst);
+    for (int64_t begin = 0, i = 0; begin < numel; begin += chunk, ++i) {
+      const int64_t n = std::min(chunk, numel - begin);
+      const int half = static_cast<int>(i & 1);
+      uint16_t* stage = static_cast<uint16_t*>(staging.data()) + half * chunk;
+      if (i >= 2) NANOVLLM_CUDA_CHECK(cudaEventSynchronize(copied[half]));
+      if (src_dtype == DType::F32) {
+        const float* src = static_cast<const float*>(host_src) + begin;
+        for (int64_t j = 0; j < n; ++j) stage[j] = float_to_bf16(src[j]);
+      } else {
+        const uint16_t* src = static_cast<const uint16_t*>(host_src) + begin;
+        for (int64_t j = 0; j < n; ++j) stage[j] = float_to_bf16(f16_to_float(src[j]));
+      }
+      NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(out + begin, stage, static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice,
+                                          stream_));
+      NANOVLLM_CUDA_CHECK(cudaEventRecord(copied[half], stream_));
+    }
+    NANOVLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } catch (...) {
+    cudaStreamSynchronize(stream_);
+    destroy_events();
+    throw;
+  }
+  destroy_events();
+}
+
+void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
+  require_dtype(ids, DType::I32, "embedding", "ids");
+  require_dtype(table, DType::BF16, "embedding", "table");
+  require_dtype(out, DType::BF16, "embedding", "out");
+  const int64_t hidden = table.dim(-1);
+  require(hidden % 8 == 0, "embedding", "hidden size must be a multiple of 8");
+  require(out.numel() == ids.numel() * hidden, "embedding",
+          "out " + out.shape_string() + " does not match ids " + ids.shape_string() + " x hidden " +
+              std::to_string(hidden));
+  cuda::launch_embedding(ids.as<int>(), bf16(table), bf16_mut(out), static_cast<int>(ids.numel()),
+                         static_cast<int>(hidden), stream_);
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+  require_dtype(x, DType::BF16, "rms_norm", "x");
+  require_dtype(weight, DType::BF16, "rms_norm", "weight");
+  require_dtype(out, DType::BF16, "rms_norm", "out");
+  const int64_t hidden = x.dim(-1);
+  require(weight.numel() == hidden && out.numel() == x.numel(), "rms_norm",
+          "shapes x " + x.shape_string() + ", weight " + weight.shape_string() + ", out " + out.shape_string());
+  require(hidden % 8 == 0 && hidden <= cuda::kMaxNormHidden, "rms_norm",
+          "hidden size " + std::to_string(hidden) + " must be a multiple of 8 and at most 16384");
+  cuda::launch_rms_norm(bf16(x), bf16(weight), eps, bf16_mut(out), static_cast<int>(x.numel() / hidden),
+                        static_cast<int>(hidden), stream_);
+}
+
+void CudaBackend::add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) {
+  require_dtype(x, DType::BF16, "add_rms_norm", "x");
+  require_dtype(residual, DType::BF16, "add_rms_norm", "residual");
+  require_dtype(weight, DType::BF16, "add_rms_norm", "weight");
+  require_dtype(out, DType::BF16, "add_rms_norm", "out");
+  const int64_t hidden = x.dim(-1);
+  require(weight.numel() == hidden && out.numel() == x.numel() && residual.numel() == x.numel(), "add_rms_norm",
+          "shapes x " + x.shape_string() + ", residual " + residual.shape_string() + ", weight " +
+              weight.shape_string() + ", out " + out.shape_string());
+  require(hidden % 8 == 0 && hidden <= cuda::kMaxNormHidden, "add_rms_norm",
+          "hidden size " + std::to_string(hidden) + " must be a multiple of 8 and at most 16384");
+  cuda::launch_add_rms_norm(bf16(x), bf16_mut(residual), bf16(weight), eps, bf16_mut(out),
+                            static_cast<int>(x.numel() / hidden), static_cast<int>(hidden), stream_);
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) {
+  require_dtype(x, DType::BF16, "linear", "x");
+  require_dtype(weight, DType::BF16, "linear", "weight");
+  require(out.dtype == DType::BF16 || out.dtype == DType::F32, "linear", "out must be BF16 or F32");
+  const int64_t k = x.dim(-1), m = x.numel() / std::max<int64_t>(k, 1), n = weight.dim(0);
+  require(weight.ndim == 2 && weight.dim(1) == k && out.numel() == m * n, "linear",
+          "shapes x " + x.shape_string() + ", weight " + weight.shape_string() + ", out " + out.shape_string());
+  require(bias.empty() || (bias.dtype == DType::BF16 && bias.numel() == n), "linear",
+          "bias " + bias.shape_string() + " must be BF16 [" + std::to_string(n) + "]");
+  require(k % 8 == 0 && n % 8 == 0, "linear", "K and N must be multiples of 8");
+  require(aligned16(x.data) && aligned16(weight.data) && aligned16(out.data) && aligned16(bias.data), "linear",
+          "operands must be 16-byte aligned");
+  gemm_->run(bf16(x), bf16(weight), bias.empty() ? nullptr : bf16(bias), out.data, out.dtype, static_cast<int>(m),
+             static_cast<int>(n), static_cast<int>(k), stream_);
+}
+
+void CudaBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
+                                     const Tensor& positions, const Tensor& rope, const Tensor& slot_mapping,
+                                     int num_heads, int num_kv_heads, int head_dim, KvCacheLayer& cache,
+                                     Tensor& q_out) {
+  const char* op = "qk_norm_rope_cache";
+  require_dtype(qkv, DType::BF16, op, "qkv");
+  require_dtype(positions, DType::I32, op, "positions");
+  require_dtype(rope, DType::F32, op, "rope");
+  require_dtype(slot_mapping, DType::I32, op, "slot_mapping");
+  require_dtype(cache.k, DType::BF16, op, "cache.k");
+  require_dtype(cache.v, DType::BF16, op, "cache.v");
+  require_dtype(q_out, DType::BF16, op, "q_out");
+  const int64_t t = qkv.dim(0);
+  require(qkv.row_elems() == static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim, op,
+          "qkv " + qkv.shape_string() + " does not hold " + std::to_string(num_heads) + " + 2 x " +
+              std::to_string(num_kv_heads) + " heads of " + std::to_string(head_dim));
+  require(positions.numel() == t && slot_mapping.numel() == t && q_out.numel() == t * num_heads * head_dim, op,
+          "positions / slot_mapping / q_out do not match " + std::to_string(t) + " tokens");
+  require(rope.dim(-1) == head_dim, op, "rope " + rope.shape_string() + " must be [max_pos, head_dim]");
+  require(q_norm.empty() || (q_norm.dtype == DType::BF16 && q_norm.numel() == head_dim), op, "q_norm must be [d]");
+  require(k_norm.empty() || (k_norm.dtype == DType::BF16 && k_norm.numel() == head_dim), op, "k_norm must be [d]");
+  cuda::QkNormRopeCacheArgs args;
+  args.qkv = bf16(qkv);
+  args.q_norm = q_norm.empty() ? nullptr : bf16(q_norm);
+  args.k_norm = k_norm.empty() ? nullptr : bf16(k_norm);
+  args.positions = positions.as<int>();
+  args.rope = rope.as<float>();
+  args.slot_mapping = slot_mapping.as<int>();
+  args.k_cache = bf16_mut(cache.k);
+  args.v_cache = bf16_mut(cache.v);
+  args.q_out = bf16_mut(q_out);
+  args.num_tokens = static_cast<int>(t);
+  args.num_heads = num_heads;
+  args.num_kv_heads = num_kv_heads;
+  args.head_dim = head_dim;
+  args.eps = eps;
+  cuda::launch_qk_norm_rope_cache(args, stream_);
+}
+
+void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
+                                  int num_heads, int num_kv_heads, int head_dim, float scale, Tensor& out) {
+  const char* op = "paged_attention";
+  require_dtype(q, DType::BF16, op, "q");
+  require_dtype(out, DType::BF16, op, "out");
+  require_dtype(cache.k, DType::BF16, op, "cache.k");
+  require_dtype(cache.v, DType::BF16, op, "cache.v");
+  require_dtype(batch.cu_seqlens_q, DType::I32, op, "cu_seqlens_q");
+  require_dtype(batch.seq_lens_k, DType::I32, op, "seq_lens_k");
+  require_dtype(batch.block_tables, DType::I32, op, "block_tables");
+  require(q.numel() == out.numel() && q.row_elems() == static_cast<int64_t>(num_heads) * head_dim, op,
+          "q " + q.shape_string() + " / out " + out.shape_string() + " must be [T, nh * d]");
+  cuda::PagedAttentionArgs args;
+  args.q = bf16(q);
+  args.k_cache = bf16(cache.k);
+  args.v_cache = bf16(cache.v);
+  args.cu_seqlens_q = batch.cu_seqlens_q.as<int>();
+  args.seq_lens_k = batch.seq_lens_k.as<int>();
+  args.block_tables = batch.block_tables.as<int>();
+  args.out = bf16_mut(out);
+  args.num_seqs = batch.num_seqs;
+  args.max_seqlen_q = batch.max_seqlen_q;
+  args.max_seqlen_k = batch.max_seqlen_k;
+  args.max_blocks_per_seq = batch.max_blocks_per_seq;
+  args.block_size = batch.block_size;
+  args.num_heads = num_heads;
+  args.num_kv_heads = num_kv_heads;
+  args.head_dim = head_dim;
+  args.scale = scale;
+  if (batch.decode_only) {
+    require(reserved_, op, "reserve() must be called before decode attention (it sizes the split-KV workspace)");
+    cuda::paged_attention_decode(args, attention_workspace_.data(), attention_workspace_.bytes(), stream_);
+  } else {
+    cuda::paged_attention_prefill(args, stream_);
+  }
+}
+
+void CudaBackend::silu_and_mul(const Tensor& gate_up, Tensor& out) {
+  require_dtype(gate_up, DType::BF16, "silu_and_mul", "gate_up");
+  require_dtype(out, DType::BF16, "silu_and_mul", "out");
+  const int64_t inter = gate_up.dim(-1) / 2, t = gate_up.numel() / std::max<int64_t>(2 * inter, 1);
+  require(gate_up.dim(-1) == 2 * inter && out.numel() == t * inter, "silu_and_mul",
+          "gate_up " + gate_up.shape_string() + " / out " + out.shape_string() + " must be [T, 2I] / [T, I]");
+  require(inter % 8 == 0, "silu_and_mul", "intermediate size must be a multiple of 8");
+  cuda::launch_silu_and_mul(bf16(gate_up), bf16_mut(out), static_cast<int>(t), static_cast<int>(inter), stream_);
+}
+
+void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
+  require_dtype(rows, DType::I32, "gather_rows", "rows");
+  require(out.dtype == x.dtype && out.numel() == rows.numel() * x.row_elems(), "gather_rows",
+          "out " + out.shape_string() + " must be " + std::to_string(rows.numel()) + " rows of x " +
+              x.shape_string());
+  cuda::launch_gather_rows(x.data, rows.as<int>(), out.data, static_cast<int>(rows.numel()),
+                           static_cast<size_t>(x.row_elems()) * dtype_size(x.dtype), stream_);
+}
+
+void CudaBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) {
+  const char* op = "sample";
+  require_dtype(logits, DType::F32, op, "logits");
+  require_dtype(token_ids, DType::I32, op, "token_ids");
+  require_dtype(in.temperature, DType::F32, op, "temperature");
+  require_dtype(in.top_k, DType::I32, op, "top_k");
+  require_dtype(in.top_p, DType::F32, op, "top_p");
+  require_dtype(in.min_p, DType::F32, op, "min_p");
+  require_dtype(in.seed, DType::I64, op, "seed");
+  require_dtype(in.step, DType::I32, op, "step");
+  const int64_t rows = logits.dim(0);
+  require(logits.ndim == 2 && token_ids.numel() == rows && in.temperature.numel() >= rows &&
+              in.top_k.numel() >= rows && in.top_p.numel() >= rows && in.min_p.numel() >= rows &&
+              in.seed.numel() >= rows && in.step.numel() >= rows,
+          op, "logits " + logits.shape_string() + " and the sampler inputs disagree on the row count");
+  require(reserved_, op, "reserve() must be called first (it sizes the sampler workspace)");
+  cuda::SamplerArgs args;
+  args.logits = logits.as<float>();
+  args.temperature = in.temperature.as<float>();
+  args.top_k = in.top_k.as<int>();
+  args.top_p = in.top_p.as<float>();
+  args.min_p = in.min_p.as<float>();
+  args.seed = in.seed.as<int64_t>();
+  args.step = in.step.as<int>();
+  args.token_ids = token_ids.as<int>();
+  args.rows = static_cast<int>(rows);
+  args.vocab = static_cast<int>(logits.dim(1));
+  cuda::launch_sample(args, sampler_workspace_.data(), sampler_workspace_.bytes(), stream_);
+}
+
+void CudaBackend::logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob,
+                           Tensor& top_ids, Tensor& top_logprobs) {
+  const char* op = "logprobs";
+  require_dtype(logits, DType::F32, op, "logits");
+  require_dtype(targets, DType::I32, op, "targets");
+  require_dtype(target_logprob, DType::F32, op, "target_logprob");
+  const int64_t rows = logits.dim(0);
+  require(logits.ndim == 2 && targets.numel() == rows && target_logprob.numel() == rows, op,
+          "logits " + logits.shape_string() + ", targets " + targets.shape_string() + ", target_logprob " +
+              target_logprob.shape_string());
+  if (k > 0) {
+    require_dtype(top_ids, DType::I32, op, "top_ids");
+    require_dtype(top_logprobs, DType::F32, op, "top_logprobs");
+    require(top_ids.numel() == rows * k && top_logprobs.numel() == rows * k, op, "top_ids / top_logprobs must be [R, k]");
+  }
+  cuda::launch_logprobs(logits.as<float>(), targets.as<int>(), static_cast<int>(rows),
+                        static_cast<int>(logits.dim(1)), k, target_logprob.as<float>(),
+                        k > 0 ? top_ids.as<int>() : nullptr, k > 0 ? top_logprobs.as<float>() : nullptr, stream_);
+}
+
+CudaGraph CudaBackend::capture(const std::function<void()>& enqueue) {
+  make_current();
+  NANOVLLM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    enqueue();
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);  // leave the stream usable
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  NANOVLLM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  NANOVLLM_CUDA_CHECK(err);
+  return CudaGraph(exec);
+}
+
+void CudaBackend::replay(const CudaGraph& graph) {
+  require(!graph.empty(), "replay", "the graph is empty");
+  NANOVLLM_CUDA_CHECK(cudaGraphLaunch(graph.get(), stream_));
+}
+
+double CudaBackend::measure_read_bandwidth_gbs(size_t bytes) {
+  make_current();
+  bytes = bytes / 16 * 16;
+  require(bytes > 0, "measure_read_bandwidth_gbs", "needs at least 16 bytes");
+  Buffer data = allocate(bytes);
+  const int blocks = props_.multiProcessorCount * 4;
+  Buffer sink = allocate(static_cast<size_t>(blocks) * sizeof(unsigned));
+  NANOVLLM_CUDA_CHECK(cudaMemsetAsync(data.data(), 0x5a, bytes, stream_));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  NANOVLLM_CUDA_CHECK(cudaEventCreate(&start));
+  NANOVLLM_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  try {
+    for (int i = 0; i < 3; ++i) cuda::launch_read_only(data.data(), bytes, static_cast<unsigned*>(sink.data()), blocks, stream_);
+    for (int i = 0; i < 15; ++i) {
+      NANOVLLM_CUDA_CHECK(cudaEventRecord(start, stream_));
+      cuda::launch_read_only(data.data(), bytes, static_cast<unsigned*>(sink.data()), blocks, stream_);
+      NANOVLLM_CUDA_CHECK(cudaEventRecord(stop, stream_));
+      NANOVLLM_CUDA_CHECK(cudaEventSynchronize(stop));
+      float t = 0.0f;
+      NANOVLLM_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+      ms.push_back(t);
+    }
+  } catch (...) {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    throw;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  const double seconds = ms[ms.size() / 2] * 1e-3;
+  return static_cast<double>(bytes) / seconds / 1e9;
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,89 @@
+#pragma once
+// The bf16 CUDA backend: every op of backend.h on one CUDA stream of one device. Activations, weights and the
+// KV cache are bf16, math is fp32; logits are fp32. reserve() allocates every workspace once (attention's
+// split-KV partials, the sampler's scratch; the cuBLASLt workspace comes with the constructor), so no op
+// allocates and any sequence of ops can be captured into a CUDA graph and replayed.
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_graph.h"
+
+namespace nanovllm {
+
+namespace cuda {
+class Gemm;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device_index = 0);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  // --- Backend ---
+  void reserve(const BackendLimits& limits) override;
+  std::string name() const override { return "cuda:" + device_name(); }
+  DType compute_dtype() const override { return DType::BF16; }
+  Buffer allocate(size_t bytes) override;  // cudaMalloc; 256-byte aligned
+  // Synchronous: returns when the copy is done (host may be pageable); ordered after earlier ops.
+  void upload(const void* host, void* dst, size_t bytes) override;
+  void download(const void* src, void* host, size_t bytes) override;
+  void synchronize() override;
+  void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) override;
+
+  void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
+  void add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) override;
+  void qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
+                          const Tensor& positions, const Tensor& rope, const Tensor& slot_mapping, int num_heads,
+                          int num_kv_heads, int head_dim, KvCacheLayer& cache, Tensor& q_out) override;
+  void paged_attention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch, int num_heads,
+                       int num_kv_heads, int head_dim, float scale, Tensor& out) override;
+  void silu_and_mul(const Tensor& gate_up, Tensor& out) override;
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+  void sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) override;
+  void logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob, Tensor& top_ids,
+                Tensor& top_logprobs) override;
+
+  // --- CUDA-specific, for the model runner and the bench ---
+  int device_index() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  std::string device_name() const;
+  struct MemoryInfo {
+    size_t free_bytes;
+    size_t total_bytes;
+  };
+  MemoryInfo memory_info() const;
+  size_t bytes_allocated() const;  // live bytes from allocate() on this device
+  Buffer allocate_pinned(size_t bytes);  // page-locked host memory
+  // Asynchronous copies on the stream; the host side must be pinned and stay alive until synchronize().
+  void upload_async(const void* pinned_src, void* dst, size_t bytes);
+  void download_async(const void* src, void* pinned_dst, size_t bytes);
+  // Captures everything `enqueue` puts on the stream (no synchronising calls inside) and instantiates it.
+  CudaGraph capture(const std::function<void()>& enqueue);
+  void replay(const CudaGraph& graph);
+  // Device-memory read bandwidth in GB/s (1e9 bytes/s): median of several timed passes of a read-only kernel
+  // over a buffer of `bytes` allocated for the measurement.
+  double measure_read_bandwidth_gbs(size_t bytes);
+
+ private:
+  void make_current() const;
+
+  int device_ = 0;
+  cudaDeviceProp props_{};
+  cudaStream_t stream_ = nullptr;
+  Buffer gemm_workspace_;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  BackendLimits limits_{};
+  bool reserved_ = false;
+  Buffer attention_workspace_;
+  Buffer sampler_workspace_;
+};
+
+}  // namespace nanovllm

@@ -1,0 +1,140 @@
+#include "backend/cuda/gemm.h"
+
+#include <bit>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+
+namespace nanovllm::cuda {
+namespace {
+
+int bucket_of(int m) { return m <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(m))); }
+
+cudaDataType_t cuda_type(DType t) { return t == DType::F32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+}  // namespace
+
+Gemm::Gemm(void* workspace, size_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  NANOVLLM_CUBLAS_CHECK(cublasLtCreate(&handle_));
+}
+
+Gemm::~Gemm() {
+  for (auto& [key, plan] : plans_) destroy(plan);
+  cublasLtDestroy(handle_);
+}
+
+void Gemm::destroy(Plan& plan) {
+  if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+  if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
+  if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
+  if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
+  plan = Plan{};
+}
+
+Gemm::Plan Gemm::create_plan(const ShapeKey& key) {
+  Plan plan;
+  try {
+    NANOVLLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+    NANOVLLM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+    NANOVLLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
+    if (key.bias) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bias_type = CUDA_R_16BF;
+      NANOVLLM_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+      NANOVLLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                           &bias_type, sizeof(bias_type)));
+    }
+    // A = W as column-major [K, N] (op T), B = x as column-major [K, M], C = out as column-major [N, M].
+    NANOVLLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, key.k, key.n, key.k));
+    NANOVLLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, key.k, key.m, key.k));
+    NANOVLLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, cuda_type(key.out), key.n, key.m, key.n));
+  } catch (...) {
+    destroy(plan);
+    throw;
+  }
+  return plan;
+}
+
+cublasLtMatmulAlgo_t Gemm::choose_algo(const Plan& plan, const ShapeKey& key) {
+  cublasLtMatmulPreference_t preference = nullptr;
+  NANOVLLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = [&] {
+    cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                            &workspace_bytes_, sizeof(workspace_bytes_));
+    // Row slices of activations are only guaranteed 16-byte aligned.
+    const uint32_t alignment = 16;
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(preference, attr, &alignment, sizeof(alignment));
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      s = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1, &result,
+                                         &found);
+    }
+    return s;
+  }();
+  cublasLtMatmulPreferenceDestroy(preference);
+  NANOVLLM_CUBLAS_CHECK(status);
+  if (found == 0) {
+    throw EngineError("cuBLASLt has no algorithm for linear M=" + std::to_string(key.m) + " N=" +
+                      std::to_string(key.n) + " K=" + std::to_string(key.k));
+  }
+  return result.algo;
+}
+
+void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
+               DType out_dtype, int m, int n, int k, cudaStream_t stream) {
+  if (m == 0) return;
+  // cuBLASLt's bias epilogue is used for bf16 outputs; an fp32 output (the lm_head) gets a separate add.
+  const bool epilogue_bias = bias != nullptr && out_dtype == DType::BF16;
+  const ShapeKey key{m, n, k, out_dtype, epilogue_bias};
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    Plan plan = create_plan(key);
+    try {
+      const ShapeKey bucket{bucket_of(m), n, k, out_dtype, epilogue_bias};
+      auto algo = algo_by_bucket_.find(bucket);
+      if (algo == algo_by_bucket_.end()) {
+        Plan bucket_plan = bucket.m == m ? Plan{} : create_plan(bucket);
+        try {
+          algo = algo_by_bucket_.emplace(bucket, choose_algo(bucket.m == m ? plan : bucket_plan, bucket)).first;
+        } catch (...) {
+          destroy(bucket_plan);
+          throw;
+        }
+        destroy(bucket_plan);
+      }
+      plan.algo = algo->second;
+    } catch (...) {
+      destroy(plan);
+      throw;
+    }
+    it = plans_.emplace(key, plan).first;
+  }
+  Plan& plan = it->second;
+  if (epilogue_bias) {
+    NANOVLLM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  auto matmul = [&] {
+    return cublasLtMatmul(handle_, plan.desc, &alpha, weight, plan.a, x, plan.b, &beta, out, plan.c, out, plan.c,
+                          &plan.algo, workspace_, workspace_bytes_, stream);
+  };
+  cublasStatus_t status = matmul();
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
+    // The bucket's algorithm does not fit this exact M: ask for one that does and keep it for this shape.
+    plan.algo = choose_algo(plan, key);
+    status = matmul();
+  }
+  NANOVLLM_CUBLAS_CHECK(status);
+  if (bias != nullptr && !epilogue_bias) launch_add_bias_f32(static_cast<float*>(out), bias, m, n, stream);
+}
+
+}  // namespace nanovllm::cuda

@@ -1,0 +1,58 @@
+#pragma once
+// out [M, N] = x [M, K] · W [N, K]^T (+ bias [N]) through cuBLASLt: bf16 operands, fp32 accumulation, bf16 or
+// fp32 output. Row-major out is column-major out^T = W^T(col-major view of W) · x^T, so cuBLASLt sees
+// A = W (transposed), B = x, m = N, n = M, k = K. The algorithm is chosen by cublasLtMatmulAlgoGetHeuristic
+// once per shape bucket (M rounded up to a power of two) and cached; descriptors are cached per exact shape.
+// No allocation happens per call (the workspace is allocated once), so calls may be graph-captured.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "common/dtype.h"
+
+namespace nanovllm::cuda {
+
+class Gemm {
+ public:
+  // workspace: device memory of workspace_bytes owned by the caller, alive as long as this object.
+  Gemm(void* workspace, size_t workspace_bytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // bias may be null. out_dtype is BF16 or F32. Pointers must be 16-byte aligned and K, N multiples of 8.
+  void run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
+           DType out_dtype, int m, int n, int k, cudaStream_t stream);
+
+ private:
+  struct ShapeKey {
+    int m, n, k;
+    DType out;
+    bool bias;
+    bool operator<(const ShapeKey& o) const {
+      return std::tie(m, n, k, out, bias) < std::tie(o.m, o.n, o.k, o.out, o.bias);
+    }
+  };
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+
+  Plan create_plan(const ShapeKey& key);
+  cublasLtMatmulAlgo_t choose_algo(const Plan& plan_of_bucket, const ShapeKey& bucket);
+  static void destroy(Plan& plan);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_;
+  size_t workspace_bytes_;
+  std::map<ShapeKey, cublasLtMatmulAlgo_t> algo_by_bucket_;
+  std::map<ShapeKey, Plan> plans_;
+};
+
+}  // namespace nanovllm::cuda

@@ -1,0 +1,84 @@
+#pragma once
+// Host-side launchers of the backend's own kernels (one .cu each); CudaBackend validates shapes and calls
+// these. Pointers are device memory; everything is enqueued on `stream` and nothing allocates, so every
+// launcher may be captured into a CUDA graph.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace nanovllm::cuda {
+
+// embedding.cu: out[t, :] = table[ids[t], :]; hidden % 8 == 0.
+void launch_embedding(const int* ids, const __nv_bfloat16* table, __nv_bfloat16* out, int num_tokens, int hidden,
+                      cudaStream_t stream);
+
+// norm.cu: out = x / rms(x) * weight per row; hidden % 8 == 0, hidden <= kMaxNormHidden. In-place is allowed.
+inline constexpr int kMaxNormHidden = 16384;
+void launch_rms_norm(const __nv_bfloat16* x, const __nv_bfloat16* weight, float eps, __nv_bfloat16* out, int rows,
+                     int hidden, cudaStream_t stream);
+// residual += x (rounded to bf16); out = rms_norm(residual) * weight. out may alias x.
+void launch_add_rms_norm(const __nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* weight, float eps,
+                         __nv_bfloat16* out, int rows, int hidden, cudaStream_t stream);
+
+// rope_kv.cu: per-head RMSNorm (q_norm / k_norm may be null) + NeoX RoPE of q and k, q to q_out, k and v
+// to cache slot slot_mapping[t] (-1 = skip). head_dim in {64, 128, 256}.
+struct QkNormRopeCacheArgs {
+  const __nv_bfloat16* qkv = nullptr;     // [T, (nh + 2 nkv) d]
+  const __nv_bfloat16* q_norm = nullptr;  // [d] or null
+  const __nv_bfloat16* k_norm = nullptr;  // [d] or null
+  const int* positions = nullptr;         // [T]
+  const float* rope = nullptr;            // [max_pos, d]: cos | sin
+  const int* slot_mapping = nullptr;      // [T]
+  __nv_bfloat16* k_cache = nullptr;       // [slots, nkv, d]
+  __nv_bfloat16* v_cache = nullptr;
+  __nv_bfloat16* q_out = nullptr;         // [T, nh d]
+  int num_tokens = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float eps = 1e-6f;
+};
+void launch_qk_norm_rope_cache(const QkNormRopeCacheArgs& args, cudaStream_t stream);
+
+// activation.cu: out [T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]; inter % 8 == 0.
+void launch_silu_and_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int num_tokens, int inter,
+                         cudaStream_t stream);
+
+// gather.cu: out[r] = x[rows[r]] for rows of row_bytes bytes each (any dtype).
+void launch_gather_rows(const void* x, const int* rows, void* out, int num_rows, size_t row_bytes,
+                        cudaStream_t stream);
+
+// gemm epilogue helper (bias_add.cu): out[t, n] += bias[n] for an fp32 out.
+void launch_add_bias_f32(float* out, const __nv_bfloat16* bias, int rows, int cols, cudaStream_t stream);
+
+// convert.cu: bf16 device copy of numel fp32 elements (used by tests and uploads staged on the device).
+void launch_f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t numel, cudaStream_t stream);
+
+// sampler.cu
+struct SamplerArgs {
+  const float* logits = nullptr;  // [R, V]
+  const float* temperature = nullptr;
+  const int* top_k = nullptr;
+  const float* top_p = nullptr;
+  const float* min_p = nullptr;
+  const int64_t* seed = nullptr;
+  const int* step = nullptr;
+  int* token_ids = nullptr;       // [R]
+  int rows = 0;
+  int vocab = 0;
+};
+// Scratch (bytes) of the fast path for up to max_rows rows of vocab logits.
+size_t sampler_workspace_bytes(int max_rows, int vocab);
+void launch_sample(const SamplerArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// logprobs.cu: k <= kMaxLogprobsK.
+inline constexpr int kMaxLogprobsK = 256;
+void launch_logprobs(const float* logits, const int* targets, int rows, int vocab, int k, float* target_logprob,
+                     int* top_ids, float* top_logprobs, cudaStream_t stream);
+
+// bandwidth.cu: reads `bytes` (a multiple of 16) of src once; writes one word per block to sink.
+void launch_read_only(const void* src, size_t bytes, unsigned* sink, int blocks, cudaStream_t stream);
+
+}  // namespace nanovllm::cuda
