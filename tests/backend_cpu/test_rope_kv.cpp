@@ -1,0 +1,136 @@
+// qk_norm_rope_cache against a double-precision reference: q to q_out, k and v to their cache slots, nothing
+// else in the cache touched, slot -1 skipped, the norms skipped when their weights are empty (Qwen2).
+#include <algorithm>
+#include <numeric>
+
+#include "test_helpers.h"
+
+namespace nanovllm {
+namespace {
+
+using test::poisoned_f32;
+using test::random_f32;
+
+struct RopeCase {
+  int64_t tokens, nh, nkv, d;
+  bool with_norm;
+};
+
+class RopeKv : public ::testing::TestWithParam<RopeCase> {};
+
+// Normalised (optionally) and rotated head in double, appended to want; scale gets the sizes of the two
+// rotation terms of each element.
+void reference_head(const float* x, const float* norm, double eps, const float* rope_row, int64_t d,
+                    std::vector<double>& want, std::vector<double>& scale) {
+  std::vector<double> v(d);
+  double sum = 0;
+  for (int64_t i = 0; i < d; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const double inv = norm ? 1.0 / std::sqrt(sum / d + eps) : 1.0;
+  for (int64_t i = 0; i < d; ++i) v[i] = x[i] * inv * (norm ? norm[i] : 1.0);
+  const int64_t h = d / 2;
+  for (int64_t i = 0; i < d; ++i) {
+    const int64_t j = i % h;  // frequency index
+    const double c = rope_row[j], s = rope_row[h + j];
+    // out[i] = v[i] cos - v[i+h] sin (first half); v[i] cos + v[i-h] sin (second half)
+    const double partner = i < h ? -v[i + h] : v[i - h];
+    want.push_back(v[i] * c + partner * s);
+    scale.push_back(std::fabs(v[i] * c) + std::fabs(partner * s) + 1e-30);
+  }
+}
+
+TEST_P(RopeKv, MatchesReferenceAndWritesOnlyItsSlots) {
+  const RopeCase c = GetParam();
+  CpuBackend backend;
+  std::mt19937 rng(static_cast<unsigned>(c.tokens * 1000 + c.nh * 10 + c.d + c.with_norm));
+  const int64_t block_size = 16, num_blocks = 7, max_pos = 2048;
+  const float eps = 1e-6f;
+  auto qkv = random_f32(backend, {c.tokens, (c.nh + 2 * c.nkv) * c.d}, rng, -2.0f, 2.0f);
+  test::OwnedTensor q_norm, k_norm;
+  if (c.with_norm) {
+    q_norm = random_f32(backend, {c.d}, rng, 0.5f, 1.5f);
+    k_norm = random_f32(backend, {c.d}, rng, -1.5f, 1.5f);
+  }
+  auto rope = test::make_rope_table(backend, max_pos, c.d, 1000000.0);
+  std::vector<int32_t> positions(c.tokens), slots(c.tokens);
+  std::vector<int32_t> free_slots(block_size * num_blocks);
+  std::iota(free_slots.begin(), free_slots.end(), 0);
+  std::shuffle(free_slots.begin(), free_slots.end(), rng);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    positions[t] = static_cast<int32_t>(rng() % max_pos);
+    slots[t] = (t % 5 == 1) ? -1 : free_slots[t];  // every fifth token (from the second) writes nothing
+  }
+  positions[0] = max_pos - 1;
+  auto positions_t = test::i32_tensor(backend, positions);
+  auto slots_t = test::i32_tensor(backend, slots);
+  auto k_cache = random_f32(backend, {num_blocks, block_size, c.nkv, c.d}, rng);
+  auto v_cache = random_f32(backend, {num_blocks, block_size, c.nkv, c.d}, rng);
+  const auto k_before = k_cache.to_vector(), v_before = v_cache.to_vector();
+  KvCacheLayer cache{k_cache.tensor, v_cache.tensor};
+  auto q_out = poisoned_f32(backend, {c.tokens, c.nh * c.d});
+
+  backend.qk_norm_rope_cache(qkv.tensor, q_norm.tensor, k_norm.tensor, eps, positions_t.tensor, rope.tensor,
+                             slots_t.tensor, static_cast<int>(c.nh), static_cast<int>(c.nkv),
+                             static_cast<int>(c.d), cache, q_out.tensor);
+
+  const int64_t width = (c.nh + 2 * c.nkv) * c.d;
+  std::vector<double> want, scale;
+  for (int64_t t = 0; t < c.tokens; ++t)
+    for (int64_t h = 0; h < c.nh; ++h)
+      reference_head(qkv.f32() + t * width + h * c.d, c.with_norm ? q_norm.f32() : nullptr, eps,
+                     rope.f32() + positions[t] * c.d, c.d, want, scale);
+  test::expect_close(q_out.f32(), want, scale, 1e-5, "q_out");
+
+  std::vector<bool> written(block_size * num_blocks, false);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    if (slots[t] < 0) continue;
+    written[slots[t]] = true;
+    for (int64_t h = 0; h < c.nkv; ++h) {
+      std::vector<double> k_want, k_scale;
+      reference_head(qkv.f32() + t * width + (c.nh + h) * c.d, c.with_norm ? k_norm.f32() : nullptr, eps,
+                     rope.f32() + positions[t] * c.d, c.d, k_want, k_scale);
+      const int64_t at = (slots[t] * c.nkv + h) * c.d;
+      test::expect_close(k_cache.f32() + at, k_want, k_scale, 1e-5, "k cache");
+      for (int64_t i = 0; i < c.d; ++i)
+        ASSERT_EQ(v_cache.f32()[at + i], qkv.f32()[t * width + (c.nh + c.nkv + h) * c.d + i]);
+    }
+  }
+  const int64_t per_slot = c.nkv * c.d;
+  for (int64_t s = 0; s < block_size * num_blocks; ++s) {
+    if (written[s]) continue;
+    for (int64_t i = 0; i < per_slot; ++i) {
+      ASSERT_EQ(k_cache.f32()[s * per_slot + i], k_before[s * per_slot + i]) << "slot " << s;
+      ASSERT_EQ(v_cache.f32()[s * per_slot + i], v_before[s * per_slot + i]) << "slot " << s;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, RopeKv,
+                         ::testing::Values(RopeCase{1, 16, 8, 128, true}, RopeCase{3, 16, 8, 128, true},
+                                           RopeCase{17, 16, 8, 128, false}, RopeCase{33, 4, 4, 64, true},
+                                           RopeCase{17, 8, 1, 16, true}, RopeCase{3, 32, 4, 64, false},
+                                           RopeCase{33, 16, 2, 16, true}, RopeCase{1, 2, 2, 16, false}));
+
+TEST(CpuBackendRopeKv, RejectsPositionPastTheTableAndBadSlot) {
+  CpuBackend backend;
+  std::mt19937 rng(31);
+  const int64_t nh = 2, nkv = 1, d = 16;
+  auto qkv = random_f32(backend, {2, (nh + 2 * nkv) * d}, rng);
+  auto rope = test::make_rope_table(backend, 8, d, 10000.0);
+  auto k_cache = random_f32(backend, {2, 4, nkv, d}, rng);
+  auto v_cache = random_f32(backend, {2, 4, nkv, d}, rng);
+  KvCacheLayer cache{k_cache.tensor, v_cache.tensor};
+  auto q_out = poisoned_f32(backend, {2, nh * d});
+  auto good_slots = test::i32_tensor(backend, {0, 7});
+  auto past_positions = test::i32_tensor(backend, {0, 8});
+  EXPECT_THROW(backend.qk_norm_rope_cache(qkv.tensor, Tensor(), Tensor(), 1e-6f, past_positions.tensor,
+                                          rope.tensor, good_slots.tensor, nh, nkv, d, cache, q_out.tensor),
+               EngineError);
+  auto positions = test::i32_tensor(backend, {0, 7});
+  auto bad_slots = test::i32_tensor(backend, {0, 8});
+  EXPECT_THROW(backend.qk_norm_rope_cache(qkv.tensor, Tensor(), Tensor(), 1e-6f, positions.tensor, rope.tensor,
+                                          bad_slots.tensor, nh, nkv, d, cache, q_out.tensor),
+               EngineError);
+}
+
+}  // namespace
+}  // namespace nanovllm
