@@ -11,7 +11,7 @@ namespace nanovllm {
 
 struct DummyWeightScales {
   float matrix_gain = 1.0f;   // projection std = gain / sqrt(fan_in): outputs keep the inputs' scale
-  float logits_gain = 3.0f;   // embedding / lm_head std = gain / sqrt(hidden): logits std ≈ gain nats
+  float logits_gain = 2.5f;   // embedding / lm_head std = gain / sqrt(hidden): logits std ≈ gain nats
   float norm_spread = 0.1f;   // norm weights uniform in 1 ± spread
   float bias_std = 0.02f;
 };
