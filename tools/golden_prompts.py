@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/golden_prompts.json: eight token-id prompts per golden model, random within its vocab
+from a fixed seed. Lengths 1, 7, 16, 17, 33, 100 (around 16-token block boundaries) and two prompts sharing a
+40-token prefix (prefix caching). The 7-token prompt holds the vocab's first and last ids (embedding bounds).
+
+  python3 tools/golden_prompts.py   # from the repository root; rewrites the JSON (it is committed)
+"""
+import json
+import os
+import random
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = ["golden_tied_gqa2", "golden_untied_sharded", "qwen2_bias"]
+LENGTHS = [1, 7, 16, 17, 33, 100]
+SHARED_PREFIX = 40
+SHARED_TAILS = [9, 23]
+
+
+def prompts_for(vocab_size, rng):
+    def tokens(n):
+        return [rng.randrange(vocab_size) for _ in range(n)]
+
+    prompts = [tokens(n) for n in LENGTHS]
+    prompts[1][2], prompts[1][5] = 0, vocab_size - 1
+    prefix = tokens(SHARED_PREFIX)
+    prompts += [prefix + tokens(n) for n in SHARED_TAILS]
+    return prompts
+
+
+def main():
+    out = {}
+    for seed, name in enumerate(MODELS):
+        with open(os.path.join(ROOT, "tools", "configs", name + ".json")) as f:
+            vocab_size = json.load(f)["vocab_size"]
+        out[name] = prompts_for(vocab_size, random.Random(1000 + seed))
+    path = os.path.join(ROOT, "tests", "fixtures", "golden_prompts.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("{\n")
+        for i, name in enumerate(MODELS):
+            rows = ",\n    ".join(json.dumps(p) for p in out[name])
+            f.write(f'  "{name}": [\n    {rows}\n  ]' + (",\n" if i + 1 < len(MODELS) else "\n"))
+        f.write("}\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
