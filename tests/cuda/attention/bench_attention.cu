@@ -1,0 +1,228 @@
+// bench_attention: decode attention time against the memory floor (bytes of K+V read / measured copy
+// bandwidth) and prefill attention TFLOP/s. Not a test; prints one table. Usage: bench_attention [reps]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/attention_decode_plan.cuh"
+
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "bench_attention: %s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { check(cudaMalloc(&ptr, std::max<size_t>(bytes, 16)), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr); }
+};
+
+__global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float amplitude) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 0x9e3779b9u ^ seed ^ static_cast<uint32_t>(i >> 32) * 0x85ebca6bu;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    const float u = static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    p[i] = __float2bfloat16(u * amplitude);
+  }
+}
+
+void fill(const DeviceBuffer& b, size_t elems, uint32_t seed, float amplitude) {
+  fill_random_bf16<<<1024, 256>>>(b.as<__nv_bfloat16>(), elems, seed, amplitude);
+  check(cudaGetLastError(), "fill_random_bf16");
+}
+
+template <class T>
+void upload(const DeviceBuffer& b, const std::vector<T>& v) {
+  check(cudaMemcpy(b.ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Times `fn(rep)` once per rep with events; returns the median in microseconds.
+template <class Fn>
+double time_us(int reps, Fn fn) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  for (int i = 0; i < 3; ++i) fn(i);  // warm-up
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(start), "record");
+    fn(i);
+    check(cudaEventRecord(stop), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    t.push_back(ms * 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median(t);
+}
+
+// Device-to-device copy of 1 GiB: bytes read + bytes written per second.
+double copy_bandwidth_gbs(int reps) {
+  const size_t bytes = size_t{1} << 30;
+  DeviceBuffer src(bytes), dst(bytes);
+  fill(src, bytes / 2, 1, 1.f);
+  const double us = time_us(reps, [&](int) {
+    check(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice), "memcpy");
+  });
+  return 2.0 * bytes / (us * 1e-6) / 1e9;
+}
+
+struct Shape {
+  const char* name;
+  int num_heads, num_kv_heads, head_dim, block_size;
+};
+
+nanovllm::cuda::PagedAttentionArgs make_args(const Shape& s, int batch, int q_len, int ctx, const DeviceBuffer& q,
+                                             const DeviceBuffer& k, const DeviceBuffer& v, const DeviceBuffer& cu,
+                                             const DeviceBuffer& lens, const DeviceBuffer& out) {
+  nanovllm::cuda::PagedAttentionArgs a;
+  a.q = q.as<__nv_bfloat16>();
+  a.k_cache = k.as<__nv_bfloat16>();
+  a.v_cache = v.as<__nv_bfloat16>();
+  a.cu_seqlens_q = cu.as<int>();
+  a.seq_lens_k = lens.as<int>();
+  a.out = out.as<__nv_bfloat16>();
+  a.num_seqs = batch;
+  a.max_seqlen_q = q_len;
+  a.max_seqlen_k = ctx;
+  a.max_blocks_per_seq = (ctx + s.block_size - 1) / s.block_size;
+  a.block_size = s.block_size;
+  a.num_heads = s.num_heads;
+  a.num_kv_heads = s.num_kv_heads;
+  a.head_dim = s.head_dim;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  return a;
+}
+
+void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps) {
+  const int blocks_per_seq = (ctx + s.block_size - 1) / s.block_size;
+  const size_t block_elems = static_cast<size_t>(s.block_size) * s.num_kv_heads * s.head_dim;
+  const size_t needed = static_cast<size_t>(batch) * blocks_per_seq;
+  // A pool of >= 1 GiB per tensor, and up to 8 disjoint block tables over it, so repeated calls read DRAM,
+  // not the 50 MB L2.
+  const size_t pool = std::max(needed, (size_t{1} << 30) / (block_elems * 2));
+  const int tables = static_cast<int>(std::clamp<size_t>(pool / needed, 1, 8));
+  DeviceBuffer k(pool * block_elems * 2), v(pool * block_elems * 2);
+  fill(k, pool * block_elems, 2, 2.f);
+  fill(v, pool * block_elems, 3, 1.f);
+  std::vector<int> ids(pool);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(4));
+  std::vector<int> table_host(ids.begin(), ids.begin() + needed * tables);
+  DeviceBuffer table(table_host.size() * sizeof(int));
+  upload(table, table_host);
+  std::vector<int> cu(batch + 1), lens(batch, ctx);
+  std::iota(cu.begin(), cu.end(), 0);
+  DeviceBuffer cu_d(cu.size() * sizeof(int)), lens_d(lens.size() * sizeof(int));
+  upload(cu_d, cu);
+  upload(lens_d, lens);
+  const size_t q_elems = static_cast<size_t>(batch) * s.num_heads * s.head_dim;
+  DeviceBuffer q(q_elems * 2), out(q_elems * 2);
+  fill(q, q_elems, 5, 2.f);
+  const size_t ws_bytes = nanovllm::cuda::decode_workspace_bytes(batch, s.num_heads, s.head_dim, ctx);
+  DeviceBuffer ws(ws_bytes);
+  auto args = make_args(s, batch, 1, ctx, q, k, v, cu_d, lens_d, out);
+  const double us = time_us(reps, [&](int rep) {
+    args.block_tables = table.as<int>() + static_cast<size_t>(rep % tables) * needed;
+    nanovllm::cuda::paged_attention_decode(args, ws.ptr, ws_bytes, nullptr);
+  });
+  check(cudaDeviceSynchronize(), "decode");
+  const double bytes = 2.0 * batch * static_cast<double>(ctx) * s.num_kv_heads * s.head_dim * 2;  // K + V
+  const double gbs = bytes / (us * 1e-6) / 1e9;
+  const auto plan = nanovllm::cuda::attention_detail::plan_decode(batch, s.num_kv_heads, ctx);
+  std::printf("decode  %-10s batch %4d ctx %6d splits %3d | %9.1f us | %8.1f MB | %7.0f GB/s | %5.1f%% of copy "
+              "| floor %8.1f us\n",
+              s.name, batch, ctx, plan.num_splits, us, bytes / 1e6, gbs, 100.0 * gbs / copy_gbs,
+              bytes / (copy_gbs * 1e9) * 1e6);
+}
+
+void bench_prefill(const Shape& s, int batch, int len, int reps) {
+  const int blocks_per_seq = (len + s.block_size - 1) / s.block_size;
+  const size_t block_elems = static_cast<size_t>(s.block_size) * s.num_kv_heads * s.head_dim;
+  const size_t blocks = static_cast<size_t>(batch) * blocks_per_seq;
+  DeviceBuffer k(blocks * block_elems * 2), v(blocks * block_elems * 2);
+  fill(k, blocks * block_elems, 6, 2.f);
+  fill(v, blocks * block_elems, 7, 1.f);
+  std::vector<int> ids(blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(8));
+  DeviceBuffer table(ids.size() * sizeof(int));
+  upload(table, ids);
+  std::vector<int> cu(batch + 1), lens(batch, len);
+  for (int i = 0; i <= batch; ++i) cu[i] = i * len;
+  DeviceBuffer cu_d(cu.size() * sizeof(int)), lens_d(lens.size() * sizeof(int));
+  upload(cu_d, cu);
+  upload(lens_d, lens);
+  const size_t q_elems = static_cast<size_t>(batch) * len * s.num_heads * s.head_dim;
+  DeviceBuffer q(q_elems * 2), out(q_elems * 2);
+  fill(q, q_elems, 9, 2.f);
+  auto args = make_args(s, batch, len, len, q, k, v, cu_d, lens_d, out);
+  args.block_tables = table.as<int>();
+  const double us = time_us(reps, [&](int) { nanovllm::cuda::paged_attention_prefill(args, nullptr); });
+  check(cudaDeviceSynchronize(), "prefill");
+  // Causal: each sequence has len (len + 1) / 2 (query, key) pairs; QK^T and PV are 2 flops per MAC each.
+  const double flops = 4.0 * s.num_heads * s.head_dim * batch * (static_cast<double>(len) * (len + 1) / 2);
+  std::printf("prefill %-10s batch %4d len %6d            | %9.1f us | %8.2f TFLOP/s\n", s.name, batch, len, us,
+              flops / (us * 1e-6) / 1e12);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("bench_attention: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  const double copy_gbs = copy_bandwidth_gbs(reps);
+  std::printf("device %s, %d SMs, L2 %d MB; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbs);
+
+  const Shape qwen06{"0.6B(16/8)", 16, 8, 128, 256};
+  const Shape qwen8{"8B(32/8)", 32, 8, 128, 256};
+  const Shape qwen32{"32B(64/8)", 64, 8, 128, 16};
+  const Shape d64{"d64(8/8)", 8, 8, 64, 16};
+  bench_decode(qwen06, 256, 1024, copy_gbs, reps);
+  bench_decode(qwen06, 128, 2048, copy_gbs, reps);
+  bench_decode(qwen06, 64, 4096, copy_gbs, reps);
+  bench_decode(qwen06, 16, 4096, copy_gbs, reps);
+  bench_decode(qwen06, 1, 4096, copy_gbs, reps);
+  bench_decode(qwen06, 1, 32768, copy_gbs, reps);
+  bench_decode(qwen8, 256, 1024, copy_gbs, reps);
+  bench_decode(qwen32, 64, 2048, copy_gbs, reps);
+  bench_decode(d64, 256, 1024, copy_gbs, reps);
+  bench_prefill(qwen06, 16, 1024, reps);
+  bench_prefill(qwen06, 1, 8192, reps);
+  bench_prefill(qwen8, 16, 1024, reps);
+  return 0;
+}

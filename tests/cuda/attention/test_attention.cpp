@@ -1,0 +1,352 @@
+// Paged attention kernels against an fp64 host reference of the same bf16 inputs.
+//
+// Tolerances: the output is bf16 (half an ulp is 2^-9 relative), and the prefill rounds the softmax weights P
+// to bf16 before P.V (another <= 2^-9 relative per weight, so <= 2^-9 * max|v| absolute). With |v| <= 1 the
+// error is bounded by ~4e-3 absolute and lands near 1e-3..3e-3 relative; a wrong index or mask gives O(0.1..1).
+// We allow 1e-2 relative and 1.5e-2 absolute.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "attention_problem.h"
+#include "backend/cuda/attention.h"
+#include "common/error.h"
+
+namespace nanovllm::attention_test {
+namespace {
+
+constexpr double kRelTolerance = 1e-2;
+constexpr double kAbsTolerance = 1.5e-2;
+
+bool have_device() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+#define REQUIRE_DEVICE() \
+  if (!have_device()) GTEST_SKIP() << "no CUDA device"
+
+enum class Kernel { kDecode, kPrefill };
+
+Comparison run_case(const Problem& p, Kernel kernel) {
+  const HostBatch host = make_batch(p);
+  DeviceBatch dev = upload(p, host);
+  poison_output(dev);
+  DevicePtr workspace;
+  if (kernel == Kernel::kDecode) {
+    const size_t ws_bytes = cuda::decode_workspace_bytes(static_cast<int>(p.seqs.size()), p.num_heads, p.head_dim,
+                                                         host.max_seqlen_k);
+    workspace = device_alloc(ws_bytes);
+    check(cudaMemset(workspace.get(), 0xff, std::max<size_t>(ws_bytes, 16)), "poison workspace");
+    cuda::paged_attention_decode(dev.args, workspace.get(), ws_bytes, nullptr);
+  } else {
+    cuda::paged_attention_prefill(dev.args, nullptr);
+  }
+  const std::vector<uint16_t> out = download_output(dev);
+  const std::vector<double> ref = reference_attention(p, host);
+  const Comparison c = compare(out, ref, static_cast<size_t>(p.num_heads) * p.head_dim);
+  std::printf("[attn] %s %s: %s\n", kernel == Kernel::kDecode ? "decode " : "prefill", p.describe().c_str(),
+              c.str().c_str());
+  return c;
+}
+
+void expect_close(const Problem& p, Kernel kernel) {
+  const Comparison c = run_case(p, kernel);
+  EXPECT_EQ(c.unwritten, 0u) << p.describe();
+  EXPECT_EQ(c.guard_touched, 0u) << p.describe();
+  EXPECT_LE(c.rel, kRelTolerance) << p.describe();
+  EXPECT_LE(c.max_abs, kAbsTolerance) << p.describe();
+}
+
+std::vector<SeqSpec> decode_seqs(const std::vector<int>& lengths) {
+  std::vector<SeqSpec> seqs;
+  for (int len : lengths) seqs.push_back({1, len});
+  return seqs;
+}
+
+// ---- Argument checks (no device needed) ---------------------------------------------------------------------
+
+cuda::PagedAttentionArgs plausible_args() {
+  cuda::PagedAttentionArgs a;
+  static const int dummy[4] = {};
+  a.q = a.k_cache = a.v_cache = reinterpret_cast<const __nv_bfloat16*>(dummy);
+  a.out = reinterpret_cast<__nv_bfloat16*>(const_cast<int*>(dummy));
+  a.cu_seqlens_q = a.seq_lens_k = a.block_tables = dummy;
+  a.num_seqs = 1;
+  a.max_seqlen_q = 1;
+  a.max_seqlen_k = 16;
+  a.max_blocks_per_seq = 1;
+  a.block_size = 16;
+  a.num_heads = 2;
+  a.num_kv_heads = 1;
+  a.head_dim = 128;
+  return a;
+}
+
+TEST(AttentionArgs, RejectsUnsupportedHeadDim) {
+  auto a = plausible_args();
+  a.head_dim = 96;
+  EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr), EngineError);
+  EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, nullptr), EngineError);
+}
+
+TEST(AttentionArgs, RejectsBadBlockSize) {
+  for (int bs : {8, 24, 512}) {
+    auto a = plausible_args();
+    a.block_size = bs;
+    a.max_blocks_per_seq = 4;
+    EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr), EngineError) << bs;
+  }
+}
+
+TEST(AttentionArgs, RejectsHeadsNotMultipleOfKvHeads) {
+  auto a = plausible_args();
+  a.num_heads = 3;
+  a.num_kv_heads = 2;
+  EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, nullptr), EngineError);
+}
+
+TEST(AttentionArgs, RejectsDecodeGroupAboveEight) {
+  auto a = plausible_args();
+  a.num_heads = 16;
+  a.num_kv_heads = 1;
+  EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, nullptr), EngineError);
+}
+
+TEST(AttentionArgs, RejectsTooFewBlocksForBound) {
+  auto a = plausible_args();
+  a.max_seqlen_k = 17;
+  EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr), EngineError);
+}
+
+TEST(AttentionArgs, WorkspaceGrowsWithBounds) {
+  EXPECT_GT(cuda::decode_workspace_bytes(8, 16, 128, 4096), cuda::decode_workspace_bytes(8, 16, 128, 1024));
+  EXPECT_GE(cuda::decode_workspace_bytes(512, 16, 128, 40960), cuda::decode_workspace_bytes(256, 16, 128, 40960));
+}
+
+// ---- Decode -----------------------------------------------------------------------------------------------
+
+struct SweepParam {
+  int head_dim, group, block_size;
+};
+
+std::string sweep_name(const testing::TestParamInfo<SweepParam>& info) {
+  return "d" + std::to_string(info.param.head_dim) + "_gqa" + std::to_string(info.param.group) + "_bs" +
+         std::to_string(info.param.block_size);
+}
+
+std::vector<SweepParam> all_sweep_params() {
+  std::vector<SweepParam> v;
+  for (int d : {64, 128})
+    for (int g : {1, 2, 4, 8})
+      for (int bs : {16, 32, 64, 128, 256}) v.push_back({d, g, bs});
+  return v;
+}
+
+class DecodeSweep : public testing::TestWithParam<SweepParam> {};
+
+// Two KV heads, 8 sequences of the listed lengths: 16 CTAs per split, so the plan splits the long ones into
+// 128-key chunks (24 splits for 3000) and the short ones leave most splits empty.
+TEST_P(DecodeSweep, MixedLengthsManySplits) {
+  REQUIRE_DEVICE();
+  const SweepParam sp = GetParam();
+  Problem p;
+  p.num_kv_heads = 2;
+  p.num_heads = 2 * sp.group;
+  p.head_dim = sp.head_dim;
+  p.block_size = sp.block_size;
+  p.seqs = decode_seqs({1, 2, 17, 255, 256, 257, 1000, 3000});
+  p.seed = 100 + sp.head_dim + sp.group * 7 + sp.block_size;
+  expect_close(p, Kernel::kDecode);
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, DecodeSweep, testing::ValuesIn(all_sweep_params()), sweep_name);
+
+// >= 1024 (sequence, KV head) CTAs: one split, the CTA writes the output directly (no merge pass).
+TEST(Decode, LargeBatchSingleSplit) {
+  REQUIRE_DEVICE();
+  std::mt19937 rng(7);
+  for (int d : {64, 128}) {
+    Problem p;
+    p.num_heads = 16;
+    p.num_kv_heads = 8;
+    p.head_dim = d;
+    p.block_size = 32;
+    std::uniform_int_distribution<int> len(1, 700);
+    std::vector<int> lengths;
+    for (int i = 0; i < 130; ++i) lengths.push_back(len(rng));
+    lengths[3] = 256;
+    lengths[4] = 257;
+    p.seqs = decode_seqs(lengths);
+    p.seed = 11 + d;
+    expect_close(p, Kernel::kDecode);
+  }
+}
+
+// max_seqlen_k <= 128: one split even for one sequence.
+TEST(AttentionSmall, DecodeShortSingleSplit) {
+  REQUIRE_DEVICE();
+  Problem p;
+  p.num_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim = 128;
+  p.block_size = 16;
+  p.seqs = decode_seqs({1, 2, 15, 16, 17, 100, 128});
+  expect_close(p, Kernel::kDecode);
+}
+
+TEST(AttentionSmall, DecodeSplitsHeadDim64) {
+  REQUIRE_DEVICE();
+  Problem p;
+  p.num_heads = 4;
+  p.num_kv_heads = 1;
+  p.head_dim = 64;
+  p.block_size = 64;
+  p.seqs = decode_seqs({1, 300, 513});
+  p.extra_bound_k = 100;
+  expect_close(p, Kernel::kDecode);
+}
+
+// The bound (as in a CUDA graph captured for longer sequences) is far above every real length: most splits of
+// every sequence are past its end and must mark themselves empty.
+TEST(Decode, BoundFarAboveLengths) {
+  REQUIRE_DEVICE();
+  Problem p;
+  p.num_heads = 8;
+  p.num_kv_heads = 1;
+  p.head_dim = 128;
+  p.block_size = 256;
+  p.seqs = decode_seqs({1, 255, 256, 257, 700});
+  p.extra_bound_k = 5000;
+  expect_close(p, Kernel::kDecode);
+}
+
+// Group sizes that are not powers of two run on the next template (3 -> 4, 5/6 -> 8).
+TEST(Decode, OddGroupSizes) {
+  REQUIRE_DEVICE();
+  for (int group : {3, 5, 6}) {
+    Problem p;
+    p.num_kv_heads = 2;
+    p.num_heads = 2 * group;
+    p.head_dim = 128;
+    p.block_size = 16;
+    p.seqs = decode_seqs({1, 33, 257, 1000});
+    p.seed = 50 + group;
+    expect_close(p, Kernel::kDecode);
+  }
+}
+
+// Padding sequences (q_len 0, as a batch bucket pads) produce no row and disturb nothing.
+TEST(Decode, SkipsSequencesWithoutQueryRows) {
+  REQUIRE_DEVICE();
+  Problem p;
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.head_dim = 128;
+  p.block_size = 32;
+  p.seqs = {{1, 40}, {0, 1}, {1, 600}, {0, 1}, {1, 1}};
+  expect_close(p, Kernel::kDecode);
+}
+
+TEST(Decode, WorkspaceTooSmallThrows) {
+  REQUIRE_DEVICE();
+  Problem p;
+  p.num_heads = 2;
+  p.num_kv_heads = 1;
+  p.head_dim = 128;
+  p.block_size = 16;
+  p.seqs = decode_seqs({1000});
+  const HostBatch host = make_batch(p);
+  DeviceBatch dev = upload(p, host);
+  DevicePtr ws = device_alloc(64);
+  EXPECT_THROW(cuda::paged_attention_decode(dev.args, ws.get(), 64, nullptr), EngineError);
+}
+
+// ---- Prefill ----------------------------------------------------------------------------------------------
+
+class PrefillSweep : public testing::TestWithParam<SweepParam> {};
+
+// Full prompts at tile/block boundaries, a chunked-prefill chunk, a prefix-cache hit and a decode-like row.
+TEST_P(PrefillSweep, MixedBatch) {
+  REQUIRE_DEVICE();
+  const SweepParam sp = GetParam();
+  Problem p;
+  p.num_kv_heads = 2;
+  p.num_heads = 2 * sp.group;
+  p.head_dim = sp.head_dim;
+  p.block_size = sp.block_size;
+  p.seqs = {{1, 1}, {2, 2}, {17, 17}, {64, 64}, {65, 65}, {255, 255}, {256, 256}, {257, 257},
+            {37, 1000}, {1, 300}, {200, 456}};
+  p.seed = 300 + sp.head_dim + sp.group * 7 + sp.block_size;
+  expect_close(p, Kernel::kPrefill);
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, PrefillSweep, testing::ValuesIn(all_sweep_params()), sweep_name);
+
+TEST(Prefill, LongPrompts) {
+  REQUIRE_DEVICE();
+  for (int d : {64, 128}) {
+    Problem p;
+    p.num_heads = 4;
+    p.num_kv_heads = 2;
+    p.head_dim = d;
+    p.block_size = d == 64 ? 16 : 256;
+    p.seqs = {{1000, 1000}, {3000, 3000}};
+    p.seed = 21 + d;
+    expect_close(p, Kernel::kPrefill);
+  }
+}
+
+// Chunked prefill (q rows continue a cached prefix) and prefix-cache hits of several sizes in one batch; the
+// q bound is above every q_len so whole query tiles exit.
+TEST(Prefill, ChunkedAndPrefixHits) {
+  REQUIRE_DEVICE();
+  Problem p;
+  p.num_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim = 128;
+  p.block_size = 64;
+  p.seqs = {{512, 3000}, {64, 1024}, {1, 3000}, {257, 2000}, {5, 5}, {128, 129}, {63, 256}};
+  p.extra_bound_q = 200;
+  p.extra_bound_k = 100;
+  expect_close(p, Kernel::kPrefill);
+}
+
+TEST(AttentionSmall, PrefillSmallMixed) {
+  REQUIRE_DEVICE();
+  for (int d : {64, 128}) {
+    Problem p;
+    p.num_heads = 4;
+    p.num_kv_heads = 2;
+    p.head_dim = d;
+    p.block_size = 16;
+    p.seqs = {{1, 1}, {17, 17}, {70, 70}, {3, 130}, {0, 5}};
+    p.extra_bound_q = 10;
+    p.seed = 5 + d;
+    expect_close(p, Kernel::kPrefill);
+  }
+}
+
+// Decode and prefill compute the same function on q_len 1 rows.
+TEST(AttentionSmall, PrefillAgreesOnDecodeRows) {
+  REQUIRE_DEVICE();
+  Problem p;
+  p.num_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim = 128;
+  p.block_size = 32;
+  p.seqs = decode_seqs({1, 2, 255, 256, 257, 600});
+  const Comparison d = run_case(p, Kernel::kDecode);
+  const Comparison f = run_case(p, Kernel::kPrefill);
+  EXPECT_EQ(d.unwritten + f.unwritten + d.guard_touched + f.guard_touched, 0u);
+  EXPECT_LE(d.rel, kRelTolerance);
+  EXPECT_LE(f.rel, kRelTolerance);
+}
+
+}  // namespace
+}  // namespace nanovllm::attention_test
