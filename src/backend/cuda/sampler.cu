@@ -10,7 +10,9 @@
 //  * filtered (top_k and/or top_p): one block per row. min_p keep-count, then radix selects over unique
 //    (value, index) keys find the top-k threshold and the smallest top-p prefix (masses in 2^-40 fixed point,
 //    so sums are exact and reproducible), then the same Gumbel argmax over the survivors.
-// Ties: greedy takes the lowest index; the Gumbel argmax too (ties have probability ~0).
+// Ties: greedy takes the lowest index; the Gumbel argmax too (ties have probability ~0). Tokens whose z is
+// -inf or NaN are never kept; a row left with none gets token 0. The CPU sampler (cpu/sampler.cpp) takes the
+// same steps, so a seeded row draws the same token on both unless fp32 rounding decides a near tie.
 #include <cfloat>
 #include <climits>
 
@@ -135,6 +137,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_best_kernel(const Sampler
     }
     for (int i = c * kChunk + threadIdx.x; i < end; i += kChunkThreads) {
       const float s = row[i] / p.temperature;
+      if (!(s > -INFINITY)) continue;  // -inf or NaN: no probability
       if (use_min_p && !(expf(s - scaled_max) >= p.min_p)) continue;
       take(best, s + gumbel(p, i), i);
     }
@@ -173,7 +176,8 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
   for (int i = threadIdx.x; i < vocab; i += kRowThreads) m = fmaxf(m, row[i] / t);
   const float scaled_max = block_max(m, scratch);
   const bool use_min_p = p.min_p > 0.0f;
-  auto min_p_keeps = [&](float s) { return !use_min_p || expf(s - scaled_max) >= p.min_p; };
+  // Tokens with -inf or NaN z have no probability and are never kept.
+  auto min_p_keeps = [&](float s) { return s > -INFINITY && (!use_min_p || expf(s - scaled_max) >= p.min_p); };
 
   // min_p keeps a prefix of the (value desc, index asc) order; top_k shortens it.
   float kept_local = 0.0f;

@@ -1,0 +1,166 @@
+#pragma once
+// Shared pieces of the CudaBackend op tests. Inputs are drawn at random (never zeros), rounded to bf16 on
+// the host, and the same values are given to the CPU backend (fp32) and the CUDA backend (bf16), so the
+// comparison measures only the CUDA backend's own arithmetic and its output rounding. Every GPU output is
+// poisoned with NaN first (bytes 0xFF: NaN in bf16 and f32, -1 in I32), so an element a kernel forgets to
+// write fails the comparison.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "common/half_float.h"
+
+namespace nanovllm::test {
+
+inline bool cuda_device_present() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+// Values in [-scale, scale] with |x| >= scale / 64, rounded to bf16.
+inline std::vector<float> random_bf16_values(std::mt19937& rng, int64_t n, float scale = 1.0f) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) {
+    float r = dist(rng);
+    if (std::fabs(r) < 1.0f / 64) r = r < 0 ? -1.0f / 64 : 1.0f / 64;
+    x = bf16_to_float(float_to_bf16(r * scale));
+  }
+  return v;
+}
+
+inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1.0));
+}
+
+// Every GPU element finite, and ||got - want|| / ||want|| <= tolerance.
+inline void expect_rel_l2(const std::vector<float>& got, const std::vector<float>& want, double tolerance,
+                          const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i]) && std::isfinite(want[i])) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << " (want " << want[i]
+                    << "): not written or overflowed";
+      return;
+    }
+  }
+  const double err = rel_l2(got, want);
+  EXPECT_LE(err, tolerance) << what << ": relative L2 error " << err;
+}
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+    gpu_ = std::make_unique<CudaBackend>(0);
+    cpu_ = std::make_unique<CpuBackend>();
+    BackendLimits limits;
+    limits.max_num_tokens = 4096;
+    limits.max_num_seqs = 64;
+    limits.max_model_len = 4096;
+    limits.max_logits_rows = 4096;
+    limits.num_heads = 32;
+    limits.num_kv_heads = 8;
+    limits.head_dim = 128;
+    limits.vocab_size = 151936;
+    gpu_->reserve(limits);
+    cpu_->reserve(limits);
+  }
+
+  CudaBackend& gpu() { return *gpu_; }
+  CpuBackend& cpu() { return *cpu_; }
+
+  // --- GPU tensors (kept alive by the fixture) ---
+  Tensor gpu_empty(DType dtype, std::initializer_list<int64_t> dims, bool poison = true) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    buffers_.push_back(gpu_->allocate(static_cast<size_t>(std::max<int64_t>(n, 1)) * dtype_size(dtype)));
+    Tensor t = buffers_.back().view(dtype, dims);
+    if (poison && n > 0) {
+      std::vector<unsigned char> ff(t.bytes(), 0xFF);
+      gpu_->upload(ff.data(), t.data, t.bytes());
+    }
+    return t;
+  }
+  Tensor gpu_bf16(const std::vector<float>& values, std::initializer_list<int64_t> dims) {
+    Tensor t = gpu_empty(DType::BF16, dims, false);
+    EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
+    gpu_->upload_converted(values.data(), DType::F32, t.data, t.numel());
+    return t;
+  }
+  template <class T>
+  Tensor gpu_raw(const std::vector<T>& values, DType dtype, std::initializer_list<int64_t> dims) {
+    Tensor t = gpu_empty(dtype, dims, false);
+    EXPECT_EQ(values.size() * sizeof(T), t.bytes());
+    gpu_->upload(values.data(), t.data, t.bytes());
+    return t;
+  }
+  // Downloads any float tensor (BF16 or F32) as floats.
+  std::vector<float> read_gpu(const Tensor& t) {
+    std::vector<float> out(static_cast<size_t>(t.numel()));
+    if (t.dtype == DType::F32) {
+      gpu_->download(t.data, out.data(), t.bytes());
+    } else {
+      std::vector<uint16_t> raw(out.size());
+      gpu_->download(t.data, raw.data(), t.bytes());
+      for (size_t i = 0; i < raw.size(); ++i) out[i] = bf16_to_float(raw[i]);
+    }
+    return out;
+  }
+  std::vector<int32_t> read_gpu_i32(const Tensor& t) {
+    std::vector<int32_t> out(static_cast<size_t>(t.numel()));
+    gpu_->download(t.data, out.data(), t.bytes());
+    return out;
+  }
+
+  // --- CPU tensors ---
+  Tensor cpu_empty(DType dtype, std::initializer_list<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    buffers_.push_back(cpu_->allocate(static_cast<size_t>(std::max<int64_t>(n, 1)) * dtype_size(dtype)));
+    Tensor t = buffers_.back().view(dtype, dims);
+    if (n > 0) std::memset(t.data, 0xFF, t.bytes());
+    return t;
+  }
+  template <class T>
+  Tensor cpu_raw(const std::vector<T>& values, DType dtype, std::initializer_list<int64_t> dims) {
+    Tensor t = cpu_empty(dtype, dims);
+    EXPECT_EQ(values.size() * sizeof(T), t.bytes());
+    std::memcpy(t.data, values.data(), t.bytes());
+    return t;
+  }
+  Tensor cpu_f32(const std::vector<float>& values, std::initializer_list<int64_t> dims) {
+    return cpu_raw(values, DType::F32, dims);
+  }
+  static std::vector<float> read_cpu(const Tensor& t) {
+    return std::vector<float>(t.as<float>(), t.as<float>() + t.numel());
+  }
+
+  std::mt19937 rng_{12345};
+
+ private:
+  std::unique_ptr<CudaBackend> gpu_;
+  std::unique_ptr<CpuBackend> cpu_;
+  std::vector<Buffer> buffers_;
+
+ protected:
+  void TearDown() override {
+    buffers_.clear();  // device buffers go before the backend
+  }
+};
+
+}  // namespace nanovllm::test

@@ -1,0 +1,77 @@
+// logprobs against the CPU backend on fp32 logits: the log-softmax values within 1e-3 absolute (fp32 sums
+// of up to 151936 terms against the CPU's double sums: ~1e-6 relative), top ids exactly (lowest id first
+// on ties), every requested slot written.
+#include <algorithm>
+#include <cmath>
+
+#include "tests/cuda/ops/ops_test_support.h"
+
+namespace nanovllm::test {
+namespace {
+
+class LogprobsTest : public CudaOpsTest {
+ protected:
+  void check(int rows, int64_t vocab, int k, bool plant_ties) {
+    std::normal_distribution<float> dist(0.0f, 4.0f);
+    std::vector<float> logits(static_cast<size_t>(rows * vocab));
+    for (auto& x : logits) x = dist(rng_);
+    if (plant_ties) {
+      const float top = *std::max_element(logits.begin(), logits.begin() + vocab) + 1.0f;
+      for (int64_t i : {vocab - 1, vocab / 2, int64_t{3}}) logits[i] = top;  // row 0: three-way tie at the top
+    }
+    std::vector<int32_t> targets(rows);
+    for (auto& t : targets) t = static_cast<int32_t>(rng_() % vocab);
+    if (rows > 2) targets[2] = -1;  // a row without a target
+
+    const std::string what = "rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) + " k " +
+                             std::to_string(k);
+    Tensor g_target = gpu_empty(DType::F32, {rows});
+    Tensor g_ids = k > 0 ? gpu_empty(DType::I32, {rows, k}) : Tensor();
+    Tensor g_top = k > 0 ? gpu_empty(DType::F32, {rows, k}) : Tensor();
+    gpu().logprobs(gpu_raw(logits, DType::F32, {rows, vocab}), gpu_raw(targets, DType::I32, {rows}), k, g_target,
+                   g_ids, g_top);
+    Tensor c_target = cpu_empty(DType::F32, {rows});
+    Tensor c_ids = k > 0 ? cpu_empty(DType::I32, {rows, k}) : Tensor();
+    Tensor c_top = k > 0 ? cpu_empty(DType::F32, {rows, k}) : Tensor();
+    cpu().logprobs(cpu_raw(logits, DType::F32, {rows, vocab}), cpu_raw(targets, DType::I32, {rows}), k, c_target,
+                   c_ids, c_top);
+
+    const auto gt = read_gpu(g_target), ct = read_cpu(c_target);
+    for (int r = 0; r < rows; ++r) {
+      if (targets[r] < 0) {
+        EXPECT_TRUE(std::isnan(gt[r])) << what << " row " << r;
+      } else {
+        EXPECT_NEAR(gt[r], ct[r], 1e-3) << what << " row " << r;
+      }
+    }
+    if (k == 0) return;
+    const auto gi = read_gpu_i32(g_ids);
+    const std::vector<int32_t> ci(c_ids.as<int32_t>(), c_ids.as<int32_t>() + rows * k);
+    EXPECT_EQ(gi, ci) << what;
+    const auto gl = read_gpu(g_top), cl = read_cpu(c_top);
+    for (size_t i = 0; i < gl.size(); ++i) ASSERT_NEAR(gl[i], cl[i], 1e-3) << what << " entry " << i;
+    for (int r = 0; r < rows; ++r) {
+      for (int j = 1; j < k; ++j) EXPECT_GE(gl[r * k + j - 1], gl[r * k + j]) << what << ": not descending";
+    }
+    if (plant_ties && k >= 3) {
+      EXPECT_EQ(gi[0], 3);
+      EXPECT_EQ(gi[1], vocab / 2);
+      EXPECT_EQ(gi[2], vocab - 1);
+    }
+  }
+};
+
+TEST_F(LogprobsTest, MatchesCpu) {
+  for (int64_t vocab : {int64_t{151936}, int64_t{1003}}) {
+    for (int rows : {1, 3, 17}) {
+      for (int k : {0, 1, 20}) check(rows, vocab, k, true);
+    }
+  }
+}
+
+TEST_F(LogprobsTest, LargeK) { check(5, 1003, 256, false); }
+
+TEST_F(LogprobsTest, ManyRows) { check(600, 4099, 5, false); }
+
+}  // namespace
+}  // namespace nanovllm::test
