@@ -15,6 +15,7 @@
 
 #include "attention_problem.h"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_decode_plan.cuh"
 #include "common/error.h"
 
 namespace nanovllm::attention_test {
@@ -127,6 +128,30 @@ TEST(AttentionArgs, RejectsTooFewBlocksForBound) {
 TEST(AttentionArgs, WorkspaceGrowsWithBounds) {
   EXPECT_GT(cuda::decode_workspace_bytes(8, 16, 128, 4096), cuda::decode_workspace_bytes(8, 16, 128, 1024));
   EXPECT_GE(cuda::decode_workspace_bytes(512, 16, 128, 40960), cuda::decode_workspace_bytes(256, 16, 128, 40960));
+}
+
+// Every launch within the bounds a workspace was sized for fits in it (a CUDA graph replays smaller batches).
+TEST(AttentionArgs, WorkspaceCoversEveryLaunchWithinBounds) {
+  using cuda::attention_detail::plan_decode;
+  const int num_heads = 16, head_dim = 128;
+  for (int max_seqs : {1, 3, 64, 512}) {
+    for (int max_len : {1, 128, 129, 1000, 4096, 40960}) {
+      const size_t bytes = cuda::decode_workspace_bytes(max_seqs, num_heads, head_dim, max_len);
+      for (int seqs = 1; seqs <= max_seqs; seqs = seqs < 8 ? seqs + 1 : seqs * 2 + 1) {
+        for (int kv_heads : {1, 2, 8, 16}) {
+          for (int len : {1, 64, 127, 128, 129, 500, 1000, 4095, 4096, 20000, 40960}) {
+            if (len > max_len) continue;
+            const auto plan = plan_decode(seqs, kv_heads, len);
+            ASSERT_GE(plan.num_splits, 1);
+            ASSERT_GE(static_cast<int64_t>(plan.num_splits) * plan.chunk, len);
+            ASSERT_LT(static_cast<int64_t>(plan.num_splits - 1) * plan.chunk, std::max(len, 1));
+            const size_t need = static_cast<size_t>(seqs) * num_heads * plan.num_splits * (head_dim + 2) * 4;
+            ASSERT_LE(need, bytes) << max_seqs << " " << max_len << " " << seqs << " " << kv_heads << " " << len;
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---- Decode -----------------------------------------------------------------------------------------------
