@@ -1,6 +1,7 @@
 // RMSNorm and residual-add + RMSNorm. One block per row; each thread keeps its 16-byte vectors of the row in
 // registers, so the row is read once and written once (the fused add reads x and residual, writes residual
 // and out). Math in fp32; the fused add rounds residual to bf16 first and normalises that stored value.
+// out may alias x (each thread reads its vectors before it writes them), so x and out are not __restrict__.
 #include "backend/cuda/bf16_vec.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -9,7 +10,7 @@ namespace nanovllm::cuda {
 namespace {
 
 template <int kVecs, bool kAddResidual>
-__global__ void rms_norm_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* residual,
+__global__ void rms_norm_kernel(const __nv_bfloat16* x, __nv_bfloat16* residual,
                                 const __nv_bfloat16* __restrict__ weight, float eps, __nv_bfloat16* out,
                                 int hidden) {
   __shared__ float scratch[32];
