@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -17,6 +18,10 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_decode_plan.cuh"
 #include "common/error.h"
+#include "common/half_float.h"
+#ifdef NANOVLLM_ATTENTION_TEST_HAVE_CPU_BACKEND
+#include "backend/cpu/cpu_backend.h"
+#endif
 
 namespace nanovllm::attention_test {
 namespace {
@@ -74,7 +79,7 @@ std::vector<SeqSpec> decode_seqs(const std::vector<int>& lengths) {
 
 cuda::PagedAttentionArgs plausible_args() {
   cuda::PagedAttentionArgs a;
-  static const int dummy[4] = {};
+  alignas(16) static const int dummy[4] = {};
   a.q = a.k_cache = a.v_cache = reinterpret_cast<const __nv_bfloat16*>(dummy);
   a.out = reinterpret_cast<__nv_bfloat16*>(const_cast<int*>(dummy));
   a.cu_seqlens_q = a.seq_lens_k = a.block_tables = dummy;
@@ -153,6 +158,48 @@ TEST(AttentionArgs, WorkspaceCoversEveryLaunchWithinBounds) {
     }
   }
 }
+
+#ifdef NANOVLLM_ATTENTION_TEST_HAVE_CPU_BACKEND
+// The fp64 reference of this test and CpuBackend::paged_attention read the contract of backend.h the same way
+// (positions, GQA mapping, block tables), on a batch with chunked prefill, prefix hits and decode rows.
+TEST(AttentionReference, AgreesWithCpuBackend) {
+  Problem p;
+  p.num_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim = 64;
+  p.block_size = 16;
+  p.seqs = {{1, 1}, {17, 17}, {5, 40}, {1, 100}, {33, 33}};
+  const HostBatch b = make_batch(p);
+  const auto to_float = [](const std::vector<uint16_t>& v) {
+    std::vector<float> f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = bf16_to_float(v[i]);
+    return f;
+  };
+  std::vector<float> q = to_float(b.q), k = to_float(b.k_cache), v = to_float(b.v_cache);
+  std::vector<int> cu = b.cu_seqlens_q, lens = b.seq_lens_k, tables = b.block_tables;
+  std::vector<float> out(b.q.size(), 0.f);
+  const int64_t n = static_cast<int64_t>(p.seqs.size());
+  KvCacheLayer cache{Tensor(k.data(), DType::F32, {b.num_blocks, p.block_size, p.num_kv_heads, p.head_dim}),
+                     Tensor(v.data(), DType::F32, {b.num_blocks, p.block_size, p.num_kv_heads, p.head_dim})};
+  AttentionBatch batch;
+  batch.cu_seqlens_q = Tensor(cu.data(), DType::I32, {n + 1});
+  batch.seq_lens_k = Tensor(lens.data(), DType::I32, {n});
+  batch.block_tables = Tensor(tables.data(), DType::I32, {n, b.max_blocks_per_seq});
+  batch.num_seqs = static_cast<int>(n);
+  batch.max_seqlen_q = b.max_seqlen_q;
+  batch.max_seqlen_k = b.max_seqlen_k;
+  batch.max_blocks_per_seq = b.max_blocks_per_seq;
+  batch.block_size = p.block_size;
+  Tensor q_t(q.data(), DType::F32, {b.total_q, static_cast<int64_t>(p.num_heads) * p.head_dim});
+  Tensor out_t(out.data(), DType::F32, {b.total_q, static_cast<int64_t>(p.num_heads) * p.head_dim});
+  CpuBackend cpu(2);
+  cpu.paged_attention(q_t, cache, batch, p.num_heads, p.num_kv_heads, p.head_dim, b.scale, out_t);
+  const std::vector<double> ref = reference_attention(p, b);
+  double max_abs = 0;
+  for (size_t i = 0; i < ref.size(); ++i) max_abs = std::max(max_abs, std::abs(static_cast<double>(out[i]) - ref[i]));
+  EXPECT_LT(max_abs, 1e-4);  // fp32 against fp64 on identical inputs
+}
+#endif
 
 // ---- Decode -----------------------------------------------------------------------------------------------
 
