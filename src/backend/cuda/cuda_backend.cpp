@@ -93,13 +93,19 @@ CudaBackend::CudaBackend(int device_index) : device_(device_index) {
 }
 
 CudaBackend::~CudaBackend() {
-  make_current();
+  cudaSetDevice(device_);  // no throwing from a destructor
   if (stream_) cudaStreamSynchronize(stream_);
   gemm_.reset();
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaBackend::make_current() const { NANOVLLM_CUDA_CHECK(cudaSetDevice(device_)); }
+// Ops may be called from a thread other than the constructor's (the current device is per thread). Only a
+// differing device is switched, so the common case costs one cudaGetDevice and is safe inside a capture.
+void CudaBackend::make_current() const {
+  int current = -1;
+  NANOVLLM_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device_) NANOVLLM_CUDA_CHECK(cudaSetDevice(device_));
+}
 
 std::string CudaBackend::device_name() const { return props_.name; }
 
@@ -169,11 +175,13 @@ void CudaBackend::download(const void* src, void* host, size_t bytes) {
 }
 
 void CudaBackend::upload_async(const void* pinned_src, void* dst, size_t bytes) {
+  make_current();
   if (bytes == 0) return;
   NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, stream_));
 }
 
 void CudaBackend::download_async(const void* src, void* pinned_dst, size_t bytes) {
+  make_current();
   if (bytes == 0) return;
   NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(pinned_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
 }
@@ -226,6 +234,7 @@ void CudaBackend::upload_converted(const void* host_src, DType src_dtype, void* 
 }
 
 void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
+  make_current();
   require_dtype(ids, DType::I32, "embedding", "ids");
   require_dtype(table, DType::BF16, "embedding", "table");
   require_dtype(out, DType::BF16, "embedding", "out");
@@ -239,6 +248,7 @@ void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out)
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+  make_current();
   require_dtype(x, DType::BF16, "rms_norm", "x");
   require_dtype(weight, DType::BF16, "rms_norm", "weight");
   require_dtype(out, DType::BF16, "rms_norm", "out");
@@ -252,6 +262,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Ten
 }
 
 void CudaBackend::add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) {
+  make_current();
   require_dtype(x, DType::BF16, "add_rms_norm", "x");
   require_dtype(residual, DType::BF16, "add_rms_norm", "residual");
   require_dtype(weight, DType::BF16, "add_rms_norm", "weight");
@@ -267,6 +278,7 @@ void CudaBackend::add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& 
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) {
+  make_current();
   require_dtype(x, DType::BF16, "linear", "x");
   require_dtype(weight, DType::BF16, "linear", "weight");
   require(out.dtype == DType::BF16 || out.dtype == DType::F32, "linear", "out must be BF16 or F32");
@@ -286,6 +298,7 @@ void CudaBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, co
                                      const Tensor& positions, const Tensor& rope, const Tensor& slot_mapping,
                                      int num_heads, int num_kv_heads, int head_dim, KvCacheLayer& cache,
                                      Tensor& q_out) {
+  make_current();
   const char* op = "qk_norm_rope_cache";
   require_dtype(qkv, DType::BF16, op, "qkv");
   require_dtype(positions, DType::I32, op, "positions");
@@ -323,6 +336,7 @@ void CudaBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, co
 
 void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
                                   int num_heads, int num_kv_heads, int head_dim, float scale, Tensor& out) {
+  make_current();
   const char* op = "paged_attention";
   require_dtype(q, DType::BF16, op, "q");
   require_dtype(out, DType::BF16, op, "out");
@@ -359,6 +373,7 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
 }
 
 void CudaBackend::silu_and_mul(const Tensor& gate_up, Tensor& out) {
+  make_current();
   require_dtype(gate_up, DType::BF16, "silu_and_mul", "gate_up");
   require_dtype(out, DType::BF16, "silu_and_mul", "out");
   const int64_t inter = gate_up.dim(-1) / 2, t = gate_up.numel() / std::max<int64_t>(2 * inter, 1);
@@ -369,6 +384,7 @@ void CudaBackend::silu_and_mul(const Tensor& gate_up, Tensor& out) {
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
+  make_current();
   require_dtype(rows, DType::I32, "gather_rows", "rows");
   require(out.dtype == x.dtype && out.numel() == rows.numel() * x.row_elems(), "gather_rows",
           "out " + out.shape_string() + " must be " + std::to_string(rows.numel()) + " rows of x " +
@@ -378,6 +394,7 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) 
 }
 
 void CudaBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) {
+  make_current();
   const char* op = "sample";
   require_dtype(logits, DType::F32, op, "logits");
   require_dtype(token_ids, DType::I32, op, "token_ids");
@@ -409,6 +426,7 @@ void CudaBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& 
 
 void CudaBackend::logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob,
                            Tensor& top_ids, Tensor& top_logprobs) {
+  make_current();
   const char* op = "logprobs";
   require_dtype(logits, DType::F32, op, "logits");
   require_dtype(targets, DType::I32, op, "targets");
@@ -448,6 +466,7 @@ CudaGraph CudaBackend::capture(const std::function<void()>& enqueue) {
 }
 
 void CudaBackend::replay(const CudaGraph& graph) {
+  make_current();
   require(!graph.empty(), "replay", "the graph is empty");
   NANOVLLM_CUDA_CHECK(cudaGraphLaunch(graph.get(), stream_));
 }
