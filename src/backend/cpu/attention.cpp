@@ -1,8 +1,8 @@
 // Causal attention over the paged KV cache, one code path for prefill, chunked prefill, prefix hits and
 // decode: query row i of a sequence with q_len rows and seq_len_k cached keys sits at position
 // seq_len_k - q_len + i and attends to keys [0, position]. Softmax in fp32 with the maximum subtracted.
-// One work item is (query row, KV head): it reads each of its keys and values once for all the query heads
-// of that GQA group, which is what bounds decode.
+// One work item is a tile of query rows of one sequence times some KV heads: it reads each of its keys and
+// values once for all its queries (rows, and the query heads of each GQA group), which is what bounds decode.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +18,11 @@ namespace nanovllm {
 
 namespace {
 
+// Query rows of one sequence that share each key load (prefill); decode rows are tiles of one.
+constexpr int64_t kRowsPerTile = 8;
+// Keys (or values) of one head a tile works through at a time, sized to stay in L1.
+constexpr int64_t kKeysPerChunk = 8;
+
 struct CacheGeometry {
   const float* k;
   const float* v;
@@ -30,46 +35,83 @@ struct CacheGeometry {
   }
 };
 
-// The `group` query heads in q (consecutive, head_dim apart) attend to keys [0, num_keys) of one KV head,
-// found through `blocks`; results go to out (same layout as q). scratch: group * (num_keys + 1) floats.
+// A tile of work: `rows` consecutive query rows of one sequence times `kv_heads` consecutive KV heads times
+// the `group` query heads that share each. Row r attends to keys [0, first_num_keys + r). Keys and values are
+// read once per tile and used by all its queries; several KV heads per tile make those reads contiguous
+// (the heads of one key are adjacent in the cache).
+struct QueryTile {
+  const float* q;  // first query head of the tile's first KV head, in its first row
+  float* out;      // same layout as q
+  int64_t row_stride;
+  int64_t rows;
+  int64_t first_kv_head;
+  int64_t kv_heads;
+  int64_t group;
+  int64_t first_num_keys;
+};
+
+// scratch: kv_heads * rows * group * (first_num_keys + rows) floats.
 NANOVLLM_CPU_MULTIVERSION
-void attend_group(const float* q, const CacheGeometry& cache, const int32_t* blocks, int64_t kv_head,
-                  int64_t num_keys, int64_t group, float scale, float* scratch, float* out) {
-  const int64_t d = cache.head_dim, bs = cache.block_size;
-  float* scores = scratch;                           // [group, num_keys]
-  float* inverse_sums = scratch + group * num_keys;  // [group]
-  // Scores, block by block: each key is loaded once and dotted with every head of the group.
-  for (int64_t first = 0; first < num_keys; first += bs) {
-    const int64_t block = blocks[first / bs];
-    const int64_t count = std::min(bs, num_keys - first);
-    for (int64_t j = 0; j < count; ++j) {
-      const float* key = cache.k + cache.index(block, j, kv_head);
-      for (int64_t g = 0; g < group; ++g) scores[g * num_keys + first + j] = cpu::dot(q + g * d, key, d) * scale;
+void attend_tile(const QueryTile& tile, const CacheGeometry& cache, const int32_t* blocks, float scale,
+                 float* scratch) {
+  const int64_t d = cache.head_dim, bs = cache.block_size, group = tile.group, rows = tile.rows;
+  const int64_t max_keys = tile.first_num_keys + rows - 1;
+  const int64_t key_stride = cache.num_kv_heads * d;  // from one key (or value) of a head to the next
+  const int64_t queries = tile.kv_heads * rows * group;
+  // Query i = (h * rows + r) * group + g: KV head h of the tile, row r, head g of the group.
+  const auto row_of = [&](int64_t i) { return (i / group) % rows; };
+  const auto head_of = [&](int64_t i) { return i / (group * rows); };
+  const auto column_of = [&](int64_t i) { return (head_of(i) * group + i % group) * d; };
+  const auto num_keys = [&](int64_t i) { return tile.first_num_keys + row_of(i); };
+  const auto query = [&](int64_t i) { return tile.q + row_of(i) * tile.row_stride + column_of(i); };
+  const auto output = [&](int64_t i) { return tile.out + row_of(i) * tile.row_stride + column_of(i); };
+  const auto scores_of = [&](int64_t i) { return scratch + i * max_keys; };
+
+  // Scores, kKeysPerChunk keys at a time: the chunk stays in L1 while every query of the tile uses it.
+  for (int64_t first = 0; first < max_keys; first += bs) {
+    const float* block_keys = cache.k + cache.index(blocks[first / bs], 0, tile.first_kv_head);
+    for (int64_t c = 0; c < bs && first + c < max_keys; c += kKeysPerChunk) {
+      for (int64_t i = 0; i < queries; ++i) {
+        const int64_t count = std::min(kKeysPerChunk, num_keys(i) - first - c);
+        const float* keys = block_keys + head_of(i) * d;
+        const float* qv = query(i);
+        float* s = scores_of(i) + first;
+        int64_t j = c;
+        for (; j + 4 <= c + count; j += 4)
+          cpu::dot4(qv, keys + j * key_stride, keys + (j + 1) * key_stride, keys + (j + 2) * key_stride,
+                    keys + (j + 3) * key_stride, d, s + j);
+        for (; j < c + count; ++j) s[j] = cpu::dot(qv, keys + j * key_stride, d);
+        for (j = c; j < c + count; ++j) s[j] *= scale;
+      }
     }
   }
-  // Softmax weights, unnormalised; the sum is kept in double.
-  for (int64_t g = 0; g < group; ++g) {
-    float* s = scores + g * num_keys;
+  // Softmax weights, unnormalised (the maximum subtracted); the sum is kept in double.
+  float* inverse_sums = scratch + queries * max_keys;  // [queries]
+  for (int64_t i = 0; i < queries; ++i) {
+    float* s = scores_of(i);
     float max_score = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < num_keys; ++j) max_score = std::max(max_score, s[j]);
+    for (int64_t j = 0; j < num_keys(i); ++j) max_score = std::max(max_score, s[j]);
     double sum = 0.0;
-    for (int64_t j = 0; j < num_keys; ++j) {
+    for (int64_t j = 0; j < num_keys(i); ++j) {
       s[j] = std::exp(s[j] - max_score);
       sum += s[j];
     }
-    inverse_sums[g] = static_cast<float>(1.0 / sum);
+    inverse_sums[i] = static_cast<float>(1.0 / sum);
   }
-  // Weighted sum of values; q is not read past this point, so out may alias it.
-  for (int64_t g = 0; g < group; ++g) std::fill(out + g * d, out + (g + 1) * d, 0.0f);
-  for (int64_t first = 0; first < num_keys; first += bs) {
-    const int64_t block = blocks[first / bs];
-    const int64_t count = std::min(bs, num_keys - first);
-    for (int64_t j = 0; j < count; ++j) {
-      const float* value = cache.v + cache.index(block, j, kv_head);
-      for (int64_t g = 0; g < group; ++g) cpu::axpy(scores[g * num_keys + first + j], value, out + g * d, d);
+  // Weighted sum of values, the same chunks; no query is read past this point, so out may alias q.
+  for (int64_t i = 0; i < queries; ++i) std::fill(output(i), output(i) + d, 0.0f);
+  for (int64_t first = 0; first < max_keys; first += bs) {
+    const float* block_values = cache.v + cache.index(blocks[first / bs], 0, tile.first_kv_head);
+    for (int64_t c = 0; c < bs && first + c < max_keys; c += kKeysPerChunk) {
+      for (int64_t i = 0; i < queries; ++i) {
+        const int64_t count = std::min(kKeysPerChunk, num_keys(i) - first - c);
+        if (count <= 0) continue;
+        cpu::weighted_rows_add(scores_of(i) + first + c, block_values + head_of(i) * d + c * key_stride,
+                               key_stride, count, output(i), d);
+      }
     }
   }
-  for (int64_t g = 0; g < group; ++g) cpu::scale_in_place(inverse_sums[g], out + g * d, d);
+  for (int64_t i = 0; i < queries; ++i) cpu::scale_in_place(inverse_sums[i], output(i), d);
 }
 
 }  // namespace
@@ -109,9 +151,15 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
   const int32_t* tables = batch.block_tables.as<const int32_t>();
   cpu::require(cu[0] == 0 && cu[num_seqs] <= tokens, op,
                "cu_seqlens_q must run from 0 to at most " + std::to_string(tokens) + " rows");
-  // Every row's sequence, and a check of every block a sequence will read.
-  std::vector<int32_t> row_seq(static_cast<size_t>(cu[num_seqs]));
-  int64_t longest = 0;
+  // Check every block a sequence will read, and cut its query rows into tiles.
+  struct RowTile {
+    int32_t seq;
+    int32_t first_row;
+    int32_t rows;
+  };
+  std::vector<RowTile> tiles;
+  int64_t scratch_floats = 0;
+  const int64_t group = nh / nkv;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t q_len = cu[s + 1] - cu[s], k_len = lens_k[s];
     const std::string seq = "sequence " + std::to_string(s);
@@ -127,29 +175,40 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
                    seq + " block " + std::to_string(b) + " is " + std::to_string(id) + ", outside [0, " +
                        std::to_string(num_blocks) + ")");
     }
-    for (int64_t r = cu[s]; r < cu[s + 1]; ++r) row_seq[static_cast<size_t>(r)] = static_cast<int32_t>(s);
-    longest = std::max(longest, k_len);
+    for (int64_t first = 0; first < q_len; first += kRowsPerTile) {
+      const int64_t rows = std::min(kRowsPerTile, q_len - first);
+      tiles.push_back({static_cast<int32_t>(s), static_cast<int32_t>(cu[s] + first), static_cast<int32_t>(rows)});
+      scratch_floats = std::max(scratch_floats, rows * group * (k_len - q_len + first + rows + 1));
+    }
   }
 
+  // KV heads per work item: all of them (contiguous reads) unless that leaves too few items to share out.
+  int64_t heads_per_item = nkv;
+  while (heads_per_item % 2 == 0 &&
+         static_cast<int64_t>(tiles.size()) * (nkv / heads_per_item) < 2 * static_cast<int64_t>(num_threads_))
+    heads_per_item /= 2;
+  scratch_floats *= heads_per_item;
+
   const CacheGeometry geometry{cache.k.as<const float>(), cache.v.as<const float>(), bs, nkv, d};
-  const int64_t group = nh / nkv;
-  const int64_t rows = cu[num_seqs];
-  const int64_t items = rows * nkv;
+  const int64_t head_groups = nkv / heads_per_item;
+  const int64_t items = static_cast<int64_t>(tiles.size()) * head_groups;
   const float* qs = q.as<const float>();
   float* os = out.as<float>();
 #pragma omp parallel num_threads(num_threads_) if (items > 1)
   {
-    std::vector<float> scratch(static_cast<size_t>(group * (longest + 1)));
-    // Causal rows differ in length: hand out small chunks.
-#pragma omp for schedule(dynamic, 4)
+    std::vector<float> scratch(static_cast<size_t>(scratch_floats));
+    // Causal tiles differ in length: hand out small chunks.
+#pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
-      const int64_t row = item / nkv, kv_head = item % nkv;
-      const int64_t s = row_seq[static_cast<size_t>(row)];
-      const int64_t q_len = cu[s + 1] - cu[s];
-      const int64_t position = lens_k[s] - q_len + (row - cu[s]);
-      const int64_t head_offset = (row * nh + kv_head * group) * d;
-      attend_group(qs + head_offset, geometry, tables + s * max_blocks, kv_head, position + 1, group, scale,
-                   scratch.data(), os + head_offset);
+      const RowTile& t = tiles[static_cast<size_t>(item / head_groups)];
+      const int64_t first_kv_head = (item % head_groups) * heads_per_item;
+      const int64_t q_len = cu[t.seq + 1] - cu[t.seq];
+      // Row i of a sequence sits at position seq_len_k - q_len + i and sees keys [0, position].
+      const int64_t first_num_keys = lens_k[t.seq] - q_len + (t.first_row - cu[t.seq]) + 1;
+      const int64_t offset = (static_cast<int64_t>(t.first_row) * nh + first_kv_head * group) * d;
+      const QueryTile tile{qs + offset, os + offset,   nh * d, t.rows, first_kv_head, heads_per_item,
+                           group,       first_num_keys};
+      attend_tile(tile, geometry, tables + t.seq * max_blocks, scale, scratch.data());
     }
   }
 }

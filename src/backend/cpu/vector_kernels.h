@@ -50,6 +50,60 @@ NANOVLLM_CPU_INLINE float dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
+// out[i] = a · b_i for four vectors b_0..b_3: a is loaded once for all four, and the four sums are independent
+// chains.
+NANOVLLM_CPU_INLINE void dot4(const float* a, const float* b0, const float* b1, const float* b2, const float* b3,
+                              int64_t n, float* out) {
+  Vec8 acc0{}, acc1{}, acc2{}, acc3{};
+  int64_t i = 0;
+  for (; i + kVecWidth <= n; i += kVecWidth) {
+    const Vec8 av = load8(a + i);
+    acc0 += av * load8(b0 + i);
+    acc1 += av * load8(b1 + i);
+    acc2 += av * load8(b2 + i);
+    acc3 += av * load8(b3 + i);
+  }
+  float s0 = sum8(acc0), s1 = sum8(acc1), s2 = sum8(acc2), s3 = sum8(acc3);
+  for (; i < n; ++i) {
+    s0 += a[i] * b0[i];
+    s1 += a[i] * b1[i];
+    s2 += a[i] * b2[i];
+    s3 += a[i] * b3[i];
+  }
+  out[0] = s0;
+  out[1] = s1;
+  out[2] = s2;
+  out[3] = s3;
+}
+
+// out[0, n) += Σ_j weights[j] * rows[j * stride + (0, n)] for j < count. Works on 64 columns at a time with the
+// partial sums in registers, so out is read and written once per call instead of once per row.
+NANOVLLM_CPU_INLINE void weighted_rows_add(const float* weights, const float* rows, int64_t stride, int64_t count,
+                                           float* out, int64_t n) {
+  constexpr int kVecs = 8;
+  int64_t c = 0;
+  for (; c + kVecs * kVecWidth <= n; c += kVecs * kVecWidth) {
+    Vec8 acc[kVecs];
+    for (int k = 0; k < kVecs; ++k) acc[k] = load8(out + c + k * kVecWidth);
+    for (int64_t j = 0; j < count; ++j) {
+      const float w = weights[j];
+      const float* row = rows + j * stride + c;
+      for (int k = 0; k < kVecs; ++k) acc[k] += w * load8(row + k * kVecWidth);
+    }
+    for (int k = 0; k < kVecs; ++k) store8(out + c + k * kVecWidth, acc[k]);
+  }
+  for (; c + kVecWidth <= n; c += kVecWidth) {
+    Vec8 acc = load8(out + c);
+    for (int64_t j = 0; j < count; ++j) acc += weights[j] * load8(rows + j * stride + c);
+    store8(out + c, acc);
+  }
+  for (; c < n; ++c) {
+    float acc = out[c];
+    for (int64_t j = 0; j < count; ++j) acc += weights[j] * rows[j * stride + c];
+    out[c] = acc;
+  }
+}
+
 // y += alpha * x
 NANOVLLM_CPU_INLINE void axpy(float alpha, const float* x, float* y, int64_t n) {
   int64_t i = 0;
