@@ -33,6 +33,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAtten
   constexpr int kGroups = kDecodeThreads / kLanes;      // token groups per CTA
   constexpr int kUnroll = G >= 8 ? 2 : 4;               // keys per group per iteration (loads in flight)
   constexpr int kTileKeys = kGroups * kUnroll;
+  static_assert(kDecodeChunkAlign % kTileKeys == 0, "chunks must be whole iterations");
+  static_assert(16 % kUnroll == 0, "a group's keys of one iteration must fit in the smallest block (16)");
 
   __shared__ __align__(16) float sm_acc[kGroups][G][D];
   __shared__ float sm_max[kGroups][G];
@@ -100,16 +102,17 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAtten
     // Issue every load of the iteration before the first use.
     uint4 k_raw[kUnroll], v_raw[kUnroll];
     bool valid[kUnroll];
+    // The group's keys start at a multiple of kUnroll (chunks and tiles are), so they share one cache block.
+    const int key0 = tile + group * kUnroll;
+    const int block = key0 < kv_end ? __ldg(table + (key0 >> block_shift)) : 0;
+    const size_t offset0 = (static_cast<size_t>(block) * a.block_size + (key0 & block_mask)) * slot_stride +
+                           head_offset;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int key = tile + group * kUnroll + u;
-      valid[u] = key < kv_end;
+      valid[u] = key0 + u < kv_end;
       if (valid[u]) {
-        const int block = __ldg(table + (key >> block_shift));
-        const size_t offset = (static_cast<size_t>(block) * a.block_size + (key & block_mask)) * slot_stride +
-                              head_offset;
-        k_raw[u] = load_16b(a.k_cache + offset);
-        v_raw[u] = load_16b(a.v_cache + offset);
+        k_raw[u] = load_16b(a.k_cache + offset0 + u * slot_stride);
+        v_raw[u] = load_16b(a.v_cache + offset0 + u * slot_stride);
       } else {
         k_raw[u] = make_uint4(0, 0, 0, 0);
         v_raw[u] = make_uint4(0, 0, 0, 0);

@@ -251,9 +251,15 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
 template <int D>
 void launch_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
   constexpr size_t smem = prefill_smem_bytes<D>();
-  check_cuda(cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(smem)),
-             "paged_attention_prefill: cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  // Over 48 KB of dynamic shared memory must be opted into, per device. Not while a graph is being captured
+  // (the call is not a stream operation); an uncaptured launch on this device always comes first.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capture), "paged_attention_prefill: cudaStreamIsCapturing");
+  if (capture == cudaStreamCaptureStatusNone) {
+    check_cuda(cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)),
+               "paged_attention_prefill: cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  }
   const dim3 grid((a.max_seqlen_q + kPrefillRows - 1) / kPrefillRows, a.num_heads, a.num_seqs);
   prefill_kernel<D><<<grid, kPrefillThreads, smem, stream>>>(a);
   check_launch("prefill_kernel");
