@@ -219,6 +219,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
   }
 
   // Normalise, stage the bf16 rows in this warp's own Q rows (only this warp ever read them), store 16 bytes.
+  __syncwarp();  // the warp's ldmatrix reads of those rows are ordered before the lanes' stores below
   float inv[2];
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
