@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every GPU test binary of a build tree on the device machine, then compute-sanitizer over the op tests
-# (memcheck on all of them, racecheck on the shared-memory kernels: sampler and logprobs). Logs and gtest
-# XML go to $OUT (default ./device-out); the last lines printed are a one-line-per-step summary.
+# (memcheck on all of them, racecheck on the shared-memory kernels: sampler and logprobs), then the op
+# benchmark (bench_cuda_ops: each op's time against its memory floor). Logs and gtest XML go to $OUT
+# (default ./device-out); the last lines printed are a one-line-per-step summary.
 #
 #   tests/cuda/run_on_device.sh [BUILD_DIR]      (default: build; or set BUILD_DIR)
 #
@@ -21,7 +22,7 @@ run_step() {  # name, log file, command...
   "$@" >"$log" 2>&1
   local rc=$?
   local tests
-  tests="$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ?\] [0-9]+ tests?' "$log" | tr '\n' ' ' | sed 's/  */ /g')"
+  tests="$(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ tests?' "$log" | tr '\n' ' ' | sed 's/  */ /g')"
   summary+=("$(printf '%-34s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - start))" "$tests")")
   if [ "$rc" -ne 0 ]; then grep -E '^\[  FAILED  \]|Failure|ERROR SUMMARY|error' "$log" | head -40; fi
 }
@@ -50,6 +51,12 @@ if [ -x "$ops" ] && [ -x "$SANITIZER" ]; then
     "$SANITIZER" --tool racecheck --error-exitcode 99 --print-limit 20 \
     "$ops" --gtest_filter='*TopK1*:*MaskedTokens*:*LogprobsTest.LargeK*:*Greedy*'
   grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/memcheck_ops.log "$OUT"/racecheck_ops.log 2>/dev/null
+fi
+
+bench="$BUILD_DIR/tests/cuda/ops/bench_cuda_ops"
+if [ -x "$bench" ]; then
+  run_step "bench_cuda_ops" "$OUT/bench_cuda_ops.log" "$bench"
+  cat "$OUT/bench_cuda_ops.log"
 fi
 
 echo "==== summary ($(cat "$OUT/gpu.txt" 2>/dev/null | head -1)) ===="
