@@ -13,8 +13,11 @@
 //      sorted by probability descending (lower index first on ties), the smallest prefix whose cumulative
 //      probability (summed in double) reaches top_p is kept, at least one token.
 //   6. Gumbel-max: the token is the argmax over the kept tokens of z_i - log(-log(u_i)), with
-//      u_i = philox_uniform(seed[r], step[r], i) in (0, 1) (lowest index on an exact tie). This draws
-//      exactly from softmax(z) restricted to the kept set, and is a pure function of (seed, step, logits).
+//      u_i = min(philox_uniform(seed[r], step[r], i), 1 - 2^-24) (lowest index on an exact tie). This draws
+//      from softmax(z) restricted to the kept set, and is a pure function of (seed, step, logits).
+//      The clamp: philox_uniform returns exactly 1.0f once in 2^24 draws (for c[0] >> 8 == 2^24 - 1 the
+//      "+ 0.5f" rounds up to 2^24), and u = 1 gives infinite noise, so that token would win whatever its
+//      logit: with V = 151936 that would be ~0.9% of all sampled tokens.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -27,6 +30,9 @@
 namespace nanovllm {
 
 namespace {
+
+// The largest float below 1: the Gumbel noise of u stays finite (at most ~16.6).
+constexpr float kLargestUniform = 0x1.fffffep-1f;
 
 struct RowControls {
   float temperature;
@@ -95,7 +101,7 @@ int32_t sample_row(const float* logits, int64_t vocab, const RowControls& c, std
   int32_t best = -1;
   float best_value = -std::numeric_limits<float>::infinity();
   for (int32_t i : kept) {
-    const float u = philox_uniform(c.seed, c.step, static_cast<uint32_t>(i));
+    const float u = std::min(philox_uniform(c.seed, c.step, static_cast<uint32_t>(i)), kLargestUniform);
     const float value = scaled[i] - std::log(-std::log(u));
     if (best < 0 || value > best_value || (value == best_value && i < best)) {
       best_value = value;
