@@ -231,6 +231,11 @@ TEST(CpuSampler, MinPDropsUnlikelyTokens) {
   // min_p is judged after temperature: at T = 0.5, relative p = 1, 0.25, 0.04, 0.0025, so only two remain.
   const auto cold = histogram(backend, logits, {0.5f, 0, 1.0f, 0.1f, 7, 0}, steps);
   EXPECT_LT(chi_square(cold, softmax(logits, 0.5, {true, true, false, false}), steps), 15.0);
+  // min_p 1 keeps only the most likely token; so does an out-of-range min_p.
+  for (int s = 0; s < 50; ++s) {
+    EXPECT_EQ(sample_one(backend, logits, {1.0f, 0, 1.0f, 1.0f, 7, s}), 0);
+    EXPECT_EQ(sample_one(backend, logits, {1.0f, 0, 1.0f, 1.5f, 7, s}), 0);
+  }
 }
 
 TEST(CpuSampler, NegativeInfinityIsNeverSampled) {

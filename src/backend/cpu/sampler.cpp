@@ -6,7 +6,8 @@
 //      applies, and no random number is drawn.
 //   2. z_i = logit_i / T in fp32 (a division, not a multiply by 1/T). Tokens whose z is -inf or NaN have no
 //      probability and are never kept (if no token is left, the row falls back to greedy).
-//   3. min_p > 0: keep token i only if p_i >= min_p * p_max, evaluated as exp(z_i - z_max) >= min_p.
+//   3. min_p > 0: keep token i only if p_i >= min_p * p_max, evaluated as exp(z_i - z_max) >= min_p (the
+//      most likely token always stays, even for min_p > 1).
 //   4. top_k > 0: keep the top_k largest z among those kept; ties at the threshold go to the lower index, so
 //      exactly min(top_k, kept) remain.
 //   5. top_p < 1: the kept tokens' probabilities are renormalised over the kept set (softmax of their z);
@@ -72,7 +73,7 @@ int32_t sample_row(const float* logits, int64_t vocab, const RowControls& c, std
   for (int64_t i = 0; i < vocab; ++i) {
     const float z = scaled[i];
     if (!(z > -std::numeric_limits<float>::infinity())) continue;  // -inf or NaN
-    if (use_min_p && !(std::exp(z - z_max) >= c.min_p)) continue;
+    if (use_min_p && z != z_max && !(std::exp(z - z_max) >= c.min_p)) continue;  // the top token always stays
     kept.push_back(static_cast<int32_t>(i));
   }
 
@@ -108,7 +109,7 @@ int32_t sample_row(const float* logits, int64_t vocab, const RowControls& c, std
       best = i;
     }
   }
-  return best;
+  return best >= 0 ? best : greedy_token(logits, vocab);
 }
 
 }  // namespace
