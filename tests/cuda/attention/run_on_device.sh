@@ -11,6 +11,7 @@ reps=${2:-30}
 bin=$build/tests/cuda/attention
 logs=${OUT:-$build/attention-logs}
 mkdir -p "$logs"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 status=0
 
 step() {  # step <name> <command...>: full output to $logs/<name>.log, its tail here
