@@ -77,6 +77,12 @@ ScheduledBatch Scheduler::schedule() {
   batch = schedule_decode();
   // Decode can preempt every running sequence (only when one alone outgrows what is free); admit again.
   if (batch.empty() && !waiting_.empty()) batch = schedule_prefill();
+  // add()'s admission rule makes this unreachable; fail loudly rather than let the engine spin.
+  if (batch.empty() && !is_finished()) {
+    throw EngineError("Scheduler stalled: " + std::to_string(waiting_.size()) + " waiting, " +
+                      std::to_string(num_running()) + " running, " +
+                      std::to_string(block_manager_.num_free_blocks()) + " free blocks, nothing schedulable");
+  }
   return batch;
 }
 

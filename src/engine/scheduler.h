@@ -43,6 +43,8 @@ class Scheduler {
   // No sequence waiting, prefilling or running (finished ones not yet taken do not count).
   bool is_finished() const;
 
+  // Empty only when is_finished(); throws EngineError if work is pending but nothing can run (a broken
+  // invariant: add() admits only sequences that fit the cache alone).
   ScheduledBatch schedule();
   // sampled_token_ids: one per item with samples == true, in item order. Do not release() a scheduled
   // sequence before its batch was postprocessed.

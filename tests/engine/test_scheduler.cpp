@@ -40,6 +40,14 @@ ScheduledBatch step_sampling(Scheduler& scheduler, int32_t token) {
   return batch;
 }
 
+// Steps until every sequence finished; a bound turns a livelock into a failure.
+void run_to_completion(Scheduler& scheduler, int max_steps = 10000) {
+  for (int steps = 0; !scheduler.is_finished(); ++steps) {
+    ASSERT_LT(steps, max_steps) << "no progress";
+    step(scheduler);
+  }
+}
+
 Sequence* add(Scheduler& scheduler, int64_t id, std::vector<int32_t> prompt, SamplingParams params) {
   scheduler.add(std::make_unique<Sequence>(id, std::move(prompt), std::move(params)));
   return scheduler.find(id);
@@ -214,7 +222,7 @@ TEST(Scheduler, PromptLongerThanTheBudgetWithOthersWaiting) {
   add(scheduler, 1, random_tokens(rng, 40), params_with(1));
   add(scheduler, 2, random_tokens(rng, 3), params_with(1));
   std::vector<std::pair<int64_t, int>> chunks;
-  while (!scheduler.is_finished()) {
+  for (int steps = 0; !scheduler.is_finished() && steps < 100; ++steps) {
     ScheduledBatch batch = step(scheduler);
     for (const auto& item : batch.items) chunks.emplace_back(item.seq->seq_id, item.num_new_tokens);
   }
@@ -285,7 +293,7 @@ TEST(Scheduler, PreemptedSequenceGoesBackToTheFrontOfWaiting) {
   EXPECT_EQ(scheduler.num_waiting(), 2);
   // 1 keeps decoding; when 1 finishes, 2 comes back before 3.
   std::vector<int64_t> admitted;
-  while (!scheduler.is_finished()) {
+  for (int steps = 0; !scheduler.is_finished() && steps < 1000; ++steps) {
     ScheduledBatch batch = step(scheduler);
     if (batch.is_prefill) {
       for (const auto& item : batch.items) admitted.push_back(item.seq->seq_id);
@@ -314,7 +322,7 @@ TEST(Scheduler, IgnoreEosRunsToMaxTokens) {
   std::mt19937 rng(9);
   Scheduler scheduler(small_config(16, 1024, 8, 1024), 16, {kEos});
   Sequence* seq = add(scheduler, 1, random_tokens(rng, 9), params_with(4, /*ignore_eos=*/true));
-  while (!scheduler.is_finished()) step_sampling(scheduler, kEos);
+  for (int steps = 0; !scheduler.is_finished() && steps < 100; ++steps) step_sampling(scheduler, kEos);
   EXPECT_EQ(seq->finish_reason, FinishReason::Length);
   EXPECT_EQ(seq->num_completion_tokens(), 4);
 }
@@ -362,7 +370,7 @@ TEST(Scheduler, MaxModelLenEndsWithLength) {
   Scheduler scheduler(small_config(16, 1024, 8, 24), 16, {kEos});
   Sequence* seq = add(scheduler, 1, random_tokens(rng, 20), params_with(100));
   Sequence* full = add(scheduler, 2, random_tokens(rng, 24), params_with(100));  // exactly max_model_len
-  while (!scheduler.is_finished()) step(scheduler);
+  run_to_completion(scheduler);
   EXPECT_EQ(seq->finish_reason, FinishReason::Length);
   EXPECT_EQ(seq->size(), 24);
   EXPECT_EQ(seq->num_completion_tokens(), 4);
@@ -485,6 +493,31 @@ TEST(Scheduler, DecodeBatchIsBoundedByTheTokenBudget) {
   }
   ASSERT_TRUE(scheduler.is_finished());
   for (int id = 1; id <= 5; ++id) EXPECT_EQ(scheduler.find(id)->num_completion_tokens(), 4);
+}
+
+TEST(Scheduler, AbortMidPrefillLeavesOnlyComputedBlocksInTheCache) {
+  std::mt19937 rng(20);
+  Scheduler scheduler(small_config(16, 40, 8, 1024), 32, {kEos});
+  const auto prompt = random_tokens(rng, 100);
+  add(scheduler, 1, prompt, params_with(5));
+  step(scheduler);  // 40 of 100 tokens: blocks 0 and 1 are complete, the other 5 hold nothing yet
+  step(scheduler);  // 80 tokens: blocks 0..4 complete
+  scheduler.abort(1);
+  Sequence* again = add(scheduler, 2, prompt, params_with(5));
+  ScheduledBatch batch = scheduler.schedule();
+  EXPECT_EQ(again->num_cached_tokens, 80);  // not 96: block 5 was allocated but never written
+  EXPECT_EQ(batch.items[0].num_new_tokens, 20);
+  scheduler.postprocess(batch, fake_samples(batch));
+  run_to_completion(scheduler);
+  EXPECT_EQ(again->num_completion_tokens(), 5);
+}
+
+TEST(Scheduler, ScheduleIsEmptyOnlyWhenFinished) {
+  std::mt19937 rng(21);
+  Scheduler scheduler(small_config(16, 64, 8, 1024), 8, {kEos});
+  EXPECT_TRUE(scheduler.schedule().empty());
+  add(scheduler, 1, random_tokens(rng, 30), params_with(2));
+  EXPECT_FALSE(scheduler.schedule().empty());
 }
 
 }  // namespace
