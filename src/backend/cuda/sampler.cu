@@ -5,8 +5,9 @@
 // Two paths, chosen per row on the device (the row's parameters live in device memory, so one captured
 // graph serves any mix):
 //  * fast (no top_k / top_p; greedy, plain temperature, min_p): the row is cut into 8192-logit chunks, one
-//    block per (row, chunk): [min_p only] chunk maxima -> per-chunk best (value, index) -> a per-row merge.
-//    Every logit is read once (twice with min_p); nothing is sorted.
+//    block per (row, chunk): [sampling rows] chunk maxima -> per-chunk best (value, index) -> a per-row
+//    merge. Every logit is read once (twice when sampling); nothing is sorted; the noise is drawn only for
+//    tokens within 19.6 of the row's largest z (see prune_below).
 //  * filtered (top_k and/or top_p): one block per row. min_p keep-count, then radix selects over unique
 //    (value, index) keys find the top-k threshold and the smallest top-p prefix (masses in 2^-40 fixed point,
 //    so sums are exact and reproducible), then the same Gumbel argmax over the survivors.
@@ -50,9 +51,21 @@ __device__ __forceinline__ bool needs_filtered_path(const RowParams& p, int voca
   return !is_greedy(p) && ((p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f);
 }
 
+// u is clamped below 1: philox_uniform returns exactly 1.0f once in 2^24 draws (the "+ 0.5f" of its last
+// step rounds 2^24 - 0.5 up), and u = 1 would give infinite noise. cpu/sampler.cpp clamps the same way.
+constexpr float kLargestUniform = 0x1.fffffep-1f;  // 1 - 2^-24
+
 __device__ __forceinline__ float gumbel(const RowParams& p, int token) {
-  const float u = philox_uniform(p.seed, p.step, static_cast<uint32_t>(token));
+  const float u = fminf(philox_uniform(p.seed, p.step, static_cast<uint32_t>(token)), kLargestUniform);
   return -logf(-logf(u));
+}
+
+// The noise lies in [-log(-log 2^-25), -log(-log(1 - 2^-24))] = [-2.853, 16.636]. So a token whose z is more
+// than 19.49 below the row's largest z can never beat the token holding that largest z, and its noise need
+// not be drawn: an exact pruning (same argmax) that skips most of a real model's vocabulary, where the
+// Philox evaluation is the fast path's main cost. The margin covers fp32 rounding of z + g.
+__device__ __forceinline__ float prune_below(float scaled_max) {
+  return scaled_max - 19.6f - fabsf(scaled_max) * 1e-6f;
 }
 
 // (value, index) argmax with the lowest index on ties; NaN never wins.
@@ -102,12 +115,13 @@ FastWorkspace carve(void* workspace, int rows, int vocab) {
   return {base, base + n, reinterpret_cast<int*>(base + 2 * n)};
 }
 
-// Raw-logit maximum of each chunk, for rows of the fast path with min_p.
+// Raw-logit maximum of each chunk, for the sampling (non-greedy) rows of the fast path: min_p and the
+// noise pruning need the row's largest z.
 __global__ void __launch_bounds__(kChunkThreads) chunk_max_kernel(const SamplerArgs a, FastWorkspace ws) {
   __shared__ float scratch[32];
   const int r = blockIdx.y, c = blockIdx.x;
   const RowParams p = row_params(a, r);
-  if (is_greedy(p) || needs_filtered_path(p, a.vocab) || !(p.min_p > 0.0f)) return;
+  if (is_greedy(p) || needs_filtered_path(p, a.vocab)) return;
   const float* row = a.logits + static_cast<int64_t>(r) * a.vocab;
   const int end = min(a.vocab, (c + 1) * kChunk);
   float m = -INFINITY;
@@ -129,15 +143,14 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_best_kernel(const Sampler
     for (int i = c * kChunk + threadIdx.x; i < end; i += kChunkThreads) take(best, row[i], i);
   } else {
     const bool use_min_p = p.min_p > 0.0f;
-    float scaled_max = 0.0f;
-    if (use_min_p) {
-      float m = -INFINITY;
-      for (int j = 0; j < chunks; ++j) m = fmaxf(m, ws.chunk_max[r * chunks + j]);
-      scaled_max = m / p.temperature;
-    }
+    float m = -INFINITY;
+    for (int j = 0; j < chunks; ++j) m = fmaxf(m, ws.chunk_max[r * chunks + j]);
+    const float scaled_max = m / p.temperature;
+    const float cutoff = prune_below(scaled_max);
     for (int i = c * kChunk + threadIdx.x; i < end; i += kChunkThreads) {
       const float s = row[i] / p.temperature;
       if (!(s > -INFINITY)) continue;  // -inf or NaN: no probability
+      if (s < cutoff) continue;        // cannot win (see prune_below)
       if (use_min_p && !(expf(s - scaled_max) >= p.min_p)) continue;
       take(best, s + gumbel(p, i), i);
     }
@@ -222,9 +235,10 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
   }
 
   Best best{-INFINITY, INT_MAX};
+  const float cutoff = prune_below(scaled_max);
   for (int i = threadIdx.x; i < vocab; i += kRowThreads) {
     const float s = row[i] / t;
-    if (min_p_keeps(s) && order_key(s, i) >= threshold) take(best, s + gumbel(p, i), i);
+    if (!(s < cutoff) && min_p_keeps(s) && order_key(s, i) >= threshold) take(best, s + gumbel(p, i), i);
   }
   best = block_best(best, best_scratch);
   if (threadIdx.x == 0) a.token_ids[r] = best.index == INT_MAX ? 0 : best.index;

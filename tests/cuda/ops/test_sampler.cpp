@@ -73,6 +73,44 @@ TEST_F(SamplerTest, SeededSamplingMatchesCpu) {
   }
 }
 
+// Real models' logits have a few tokens far above the bulk: there the fast path skips the noise of tokens
+// that cannot win (an exact pruning), so the draws must still equal the CPU's, which draws every token.
+TEST_F(SamplerTest, PeakedLogitsMatchCpu) {
+  const int64_t vocab = 151936;
+  const int rows = 64;
+  auto logits = random_logits(rows, vocab, 2.0f);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < 6; ++j) logits[r * vocab + rng_() % vocab] += 12.0f + 3.0f * j;
+  }
+  const SamplerRows rs = mixed_rows(rows, 5);
+  const auto got = sample_gpu(logits, vocab, rs);
+  const auto want = sample_cpu(logits, vocab, rs);
+  int mismatches = 0;
+  for (int i = 0; i < rows; ++i) mismatches += got[i] != want[i];
+  EXPECT_LE(mismatches, 1);
+}
+
+TEST_F(SamplerTest, PrunedTokensKeepTheDistribution) {
+  // With T = 1, tokens 3 and 5 lie beyond the pruning distance (19.6) of the top; token 4 just inside.
+  const std::vector<float> base = {3.0f, 2.5f, 2.0f, -17.0f, -16.5f, -30.0f};
+  const int64_t vocab = static_cast<int64_t>(base.size());
+  const int rows = 4096;
+  std::vector<float> logits;
+  for (int i = 0; i < rows; ++i) logits.insert(logits.end(), base.begin(), base.end());
+  SamplerRows r;
+  for (int i = 0; i < rows; ++i) r.add(1.0f, -1, 1.0f, 0.0f, 99, i);
+  const auto got = sample_gpu(logits, vocab, r);
+  EXPECT_EQ(got, sample_cpu(logits, vocab, r));
+  double z = 0;
+  for (float b : base) z += std::exp(b);
+  std::vector<int> count(vocab, 0);
+  for (int32_t t : got) ++count[t];
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double p = std::exp(base[i]) / z, sigma = std::sqrt(std::max(p * (1 - p), 1e-12) / rows);
+    EXPECT_NEAR(static_cast<double>(count[i]) / rows, p, 5 * sigma + 1e-3) << "token " << i;
+  }
+}
+
 TEST_F(SamplerTest, SeededSamplingIsReproducibleAndStepDependent) {
   const int64_t vocab = 151936;
   const int rows = 32;
