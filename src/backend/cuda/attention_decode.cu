@@ -24,14 +24,14 @@ using namespace attention_detail;
 
 constexpr int kDecodeThreads = 128;
 
-// Split CTA. D: head_dim; G: query heads per KV head, padded up (heads >= the real group size are computed on
-// zero queries and never written).
+// Split CTA. D: head_dim; G: query heads per KV head (every size 1..8 has its own instantiation; the code also
+// tolerates a real group smaller than G: the extra heads run on zero queries and are never written).
 template <int D, int G>
 __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAttentionArgs a, int num_splits,
                                                                       int chunk, float* ws_acc, float* ws_ml) {
   constexpr int kLanes = D / 8;                         // lanes per key: one 16-byte vector each
   constexpr int kGroups = kDecodeThreads / kLanes;      // token groups per CTA
-  constexpr int kUnroll = G >= 8 ? 2 : 4;               // keys per group per iteration (loads in flight)
+  constexpr int kUnroll = G > 4 ? 2 : 4;                // keys per group per iteration (loads in flight)
   constexpr int kTileKeys = kGroups * kUnroll;
   static_assert(kDecodeChunkAlign % kTileKeys == 0, "chunks must be whole iterations");
   static_assert(16 % kUnroll == 0, "a group's keys of one iteration must fit in the smallest block (16)");
@@ -285,11 +285,16 @@ void launch_decode(const PagedAttentionArgs& a, const DecodePlan& plan, float* w
 template <int D>
 void dispatch_group(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml,
                     cudaStream_t stream) {
-  const int group_size = a.num_heads / a.num_kv_heads;
-  if (group_size <= 1) return launch_decode<D, 1>(a, plan, ws_acc, ws_ml, stream);
-  if (group_size <= 2) return launch_decode<D, 2>(a, plan, ws_acc, ws_ml, stream);
-  if (group_size <= 4) return launch_decode<D, 4>(a, plan, ws_acc, ws_ml, stream);
-  return launch_decode<D, 8>(a, plan, ws_acc, ws_ml, stream);
+  switch (a.num_heads / a.num_kv_heads) {
+    case 1: return launch_decode<D, 1>(a, plan, ws_acc, ws_ml, stream);
+    case 2: return launch_decode<D, 2>(a, plan, ws_acc, ws_ml, stream);
+    case 3: return launch_decode<D, 3>(a, plan, ws_acc, ws_ml, stream);
+    case 4: return launch_decode<D, 4>(a, plan, ws_acc, ws_ml, stream);
+    case 5: return launch_decode<D, 5>(a, plan, ws_acc, ws_ml, stream);
+    case 6: return launch_decode<D, 6>(a, plan, ws_acc, ws_ml, stream);
+    case 7: return launch_decode<D, 7>(a, plan, ws_acc, ws_ml, stream);
+    default: return launch_decode<D, 8>(a, plan, ws_acc, ws_ml, stream);
+  }
 }
 
 }  // namespace
