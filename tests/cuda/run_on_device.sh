@@ -49,7 +49,7 @@ if [ -x "$ops" ] && [ -x "$SANITIZER" ]; then
     "$ops" --gtest_filter='-*ReadBandwidth*:*UploadConverted*'
   run_step "racecheck sampler+logprobs" "$OUT/racecheck_ops.log" \
     "$SANITIZER" --tool racecheck --error-exitcode 99 --print-limit 20 \
-    "$ops" --gtest_filter='*TopK1*:*MaskedTokens*:*LogprobsTest.LargeK*:*Greedy*'
+    "$ops" --gtest_filter='*MatchesCpuSmallVocab*:*MaskedTokens*:*LogprobsTest.LargeK*'
   grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/memcheck_ops.log "$OUT"/racecheck_ops.log 2>/dev/null
 fi
 
