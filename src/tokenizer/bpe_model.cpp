@@ -107,7 +107,7 @@ void BpeModel::merge_large(std::vector<int32_t>& symbols) const {
   symbols = std::move(merged);
 }
 
-void BpeModel::encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const {
+void BpeModel::encode_word_uncached(std::string_view word, std::vector<int32_t>& out, MergeStrategy strategy) const {
   if (ignore_merges_) {
     if (const auto it = vocab_by_bytes_.find(word); it != vocab_by_bytes_.end()) {
       out.push_back(it->second);
@@ -120,7 +120,7 @@ void BpeModel::encode_word_uncached(std::string_view word, std::vector<int32_t>&
     const int32_t id = byte_ids_[static_cast<uint8_t>(ch)];
     if (id >= 0) symbols.push_back(id);  // HF drops characters it cannot map when there is no unk token
   }
-  if (symbols.size() <= 48) {
+  if (strategy == MergeStrategy::kScan || (strategy == MergeStrategy::kAuto && symbols.size() <= 48)) {
     merge_small(symbols);
   } else {
     merge_large(symbols);

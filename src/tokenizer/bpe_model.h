@@ -24,8 +24,11 @@ class BpeModel {
 
   // Appends the ids of one pre-tokenized piece (raw bytes, byte-level mapped here) to `out`.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
-  // The same without the cache (tests compare the two merge strategies through it).
-  void encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
+  // Short words merge by scanning all pairs, long ones through a heap; tests force each to compare them.
+  enum class MergeStrategy { kAuto, kScan, kHeap };
+  // The same without the cache.
+  void encode_word_uncached(std::string_view word, std::vector<int32_t>& out,
+                            MergeStrategy strategy = MergeStrategy::kAuto) const;
 
  private:
   struct MergeResult {

@@ -133,19 +133,20 @@ class Lexer {
   }
 
   void lex_expression(char closer, bool& right_strip, bool& right_keep) {
+    int depth = 0;  // open brackets: "}}" inside {'a': {'b': 1}} does not end the tag
     while (true) {
       while (pos_ < src_.size() && is_blank(src_[pos_])) ++pos_;
       line_ = line_at(pos_);
       if (pos_ >= src_.size()) syntax_error(line_, std::string("unclosed tag, expected '") + closer + "}'");
       const char c = src_[pos_];
       auto at = [&](const char* s) { return src_.compare(pos_, std::strlen(s), s) == 0; };
-      if ((c == '-' || c == '+') && pos_ + 2 < src_.size() + 0 && src_[pos_ + 1] == closer && src_[pos_ + 2] == '}') {
+      if (depth == 0 && (c == '-' || c == '+') && pos_ + 2 < src_.size() && src_[pos_ + 1] == closer && src_[pos_ + 2] == '}') {
         right_strip = c == '-';
         right_keep = c == '+';
         pos_ += 3;
         return;
       }
-      if (c == closer && pos_ + 1 < src_.size() && src_[pos_ + 1] == '}') {
+      if (depth == 0 && c == closer && pos_ + 1 < src_.size() && src_[pos_ + 1] == '}') {
         pos_ += 2;
         return;
       }
@@ -184,6 +185,8 @@ class Lexer {
         tokens_.push_back({Tok::kOp, src_.substr(pos_, 2), line_});
         pos_ += 2;
       } else if (std::strchr("+-*/%~<>=()[]{},.:|", c)) {
+        if (c == '(' || c == '[' || c == '{') ++depth;
+        if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
         tokens_.push_back({Tok::kOp, std::string(1, c), line_});
         ++pos_;
       } else {
@@ -765,7 +768,7 @@ class Parser {
     while (true) {
       const Token& tok = peek();
       if (tok.kind == Tok::kEnd) {
-        if (!ends.empty()) fail("unexpected end of template, expected '{% " + ends.front() + " %}'");
+        if (!ends.empty()) fail("unexpected end of template, expected '{% " + ends.back() + " %}'");
         return nodes;
       }
       if (tok.kind == Tok::kText) {
