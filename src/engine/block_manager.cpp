@@ -54,24 +54,27 @@ std::vector<int> BlockManager::find_cached_prefix(const Sequence& seq) const {
   return hits;
 }
 
-bool BlockManager::can_allocate(const Sequence& seq) const {
-  std::vector<int> hits = find_cached_prefix(seq);
+int BlockManager::num_blocks_to_take(const Sequence& seq, std::vector<int> hits) const {
   const int num_fresh = seq.num_blocks(block_size_) - static_cast<int>(hits.size());
-  // A hit on a block with no owners takes it out of the free list too.
+  // A hit on a block with no owners takes it out of the free list too (count each block once).
   std::sort(hits.begin(), hits.end());
   hits.erase(std::unique(hits.begin(), hits.end()), hits.end());
   const auto num_revived = std::count_if(hits.begin(), hits.end(), [&](int id) { return blocks_[id].ref_count == 0; });
-  return num_free_blocks() >= num_fresh + num_revived;
+  return num_fresh + static_cast<int>(num_revived);
+}
+
+bool BlockManager::can_allocate(const Sequence& seq) const {
+  return num_free_blocks() >= num_blocks_to_take(seq, find_cached_prefix(seq));
 }
 
 void BlockManager::allocate(Sequence& seq) {
   if (!seq.block_table.empty()) {
     throw EngineError("BlockManager::allocate: sequence " + std::to_string(seq.seq_id) + " already has blocks");
   }
-  if (!can_allocate(seq)) {
+  const std::vector<int> hits = find_cached_prefix(seq);
+  if (num_free_blocks() < num_blocks_to_take(seq, hits)) {
     throw EngineError("BlockManager::allocate: not enough free blocks for sequence " + std::to_string(seq.seq_id));
   }
-  const std::vector<int> hits = find_cached_prefix(seq);
   const int num_blocks_needed = seq.num_blocks(block_size_);
   seq.block_table.reserve(num_blocks_needed);
   for (int block_id : hits) {

@@ -61,6 +61,8 @@ class BlockManager {
   // Physical blocks that hold this sequence's leading blocks in the prefix cache, in order, stopping at the
   // first miss. Never covers every token: the last block of a fully cached sequence is recomputed.
   std::vector<int> find_cached_prefix(const Sequence& seq) const;
+  // Free blocks that allocating with these hits consumes: fresh ones plus hits revived from the free list.
+  int num_blocks_to_take(const Sequence& seq, std::vector<int> hits) const;
   int take_free_block();            // front of the free list, old hash mapping dropped
   void reuse_cached_block(int block_id);  // ref++ (revived from the free list when it was 0)
   void release_block(int block_id);       // ref--, back of the free list at 0
