@@ -43,7 +43,7 @@ AttentionSetup build(CpuBackend& backend, const AttentionCase& c, std::mt19937& 
     s.cu_host.push_back(s.cu_host.back() + q.q_len);
     s.lens_host.push_back(q.k_len);
   }
-  max_blocks += 1;                 // every row of the table ends in -1 padding
+  max_blocks += 1;                    // every row of the table ends in -1 padding
   const int num_blocks = needed + 3;  // spare blocks full of random numbers nobody should read
   std::vector<int32_t> ids(num_blocks);
   std::iota(ids.begin(), ids.end(), 0);
@@ -100,7 +100,8 @@ void reference(const AttentionCase& c, const AttentionSetup& s, float softmax_sc
         double max_score = -1e300;
         for (int64_t j = 0; j <= last_key; ++j) {
           double dot = 0;
-          for (int64_t x = 0; x < d; ++x) dot += static_cast<double>(q[(row * nh + h) * d + x]) * k[key_at(seq, j, kv_head) + x];
+          for (int64_t x = 0; x < d; ++x)
+            dot += static_cast<double>(q[(row * nh + h) * d + x]) * k[key_at(seq, j, kv_head) + x];
           p[j] = dot * softmax_scale;
           max_score = std::max(max_score, p[j]);
         }

@@ -69,8 +69,8 @@ inline void expect_close(const float* got, const std::vector<double>& want, cons
     const double tolerance = rel * scale[i];
     const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
     if (!(err <= tolerance)) {  // also catches NaN
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (error " << err
-                    << " > " << tolerance << ")";
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (error " << err << " > "
+                    << tolerance << ")";
       if (++reported == 5) return;
     }
   }

@@ -41,8 +41,8 @@ TEST_P(LinearShapes, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LinearShapes,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5, 8, 9, 17, 33),
-                                            ::testing::Values(1, 7, 48, 97),
-                                            ::testing::Values(1, 5, 48, 96, 1031), ::testing::Bool()));
+                                            ::testing::Values(1, 7, 48, 97), ::testing::Values(1, 5, 48, 96, 1031),
+                                            ::testing::Bool()));
 
 TEST(CpuBackendLinear, Qwen3ShapeDecodeAndPrefill) {
   CpuBackend backend;

@@ -62,8 +62,8 @@ TEST(CpuBackendMemory, UploadConvertedFromEachFloatFormat) {
 
   // F16 bit patterns with known values: 1, -2, 0.5, 65504 (max), 2^-24 (smallest subnormal), -0, +inf.
   const std::vector<uint16_t> f16 = {0x3C00, 0xC000, 0x3800, 0x7BFF, 0x0001, 0x8000, 0x7C00};
-  const std::vector<float> want = {1.0f, -2.0f, 0.5f, 65504.0f, std::ldexp(1.0f, -24), -0.0f,
-                                   std::numeric_limits<float>::infinity()};
+  const std::vector<float> want = {
+      1.0f, -2.0f, 0.5f, 65504.0f, std::ldexp(1.0f, -24), -0.0f, std::numeric_limits<float>::infinity()};
   Buffer small = backend.allocate(f16.size() * 4);
   backend.upload_converted(f16.data(), DType::F16, small.data(), static_cast<int64_t>(f16.size()));
   for (size_t i = 0; i < f16.size(); ++i) EXPECT_EQ(static_cast<float*>(small.data())[i], want[i]) << i;
@@ -77,8 +77,8 @@ TEST(CpuBackendRows, EmbeddingCopiesTheIndexedRows) {
   std::mt19937 rng(2);
   const int64_t vocab = 97, hidden = 48;
   auto table = random_f32(backend, {vocab, hidden}, rng);
-  for (std::vector<int32_t> ids : {std::vector<int32_t>{5}, {0, 96, 5}, {3, 3, 1, 95, 0, 17, 44, 96, 2, 8, 9, 10, 11,
-                                                                         12, 13, 14, 15}}) {
+  for (std::vector<int32_t> ids :
+       {std::vector<int32_t>{5}, {0, 96, 5}, {3, 3, 1, 95, 0, 17, 44, 96, 2, 8, 9, 10, 11, 12, 13, 14, 15}}) {
     auto id_t = test::i32_tensor(backend, ids);
     const int64_t t = static_cast<int64_t>(ids.size());
     auto out = poisoned_f32(backend, {t, hidden});

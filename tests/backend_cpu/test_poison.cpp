@@ -61,7 +61,7 @@ TEST(CpuPoison, EveryOutputElementIsWritten) {
   auto lens = test::i32_tensor(backend, {static_cast<int32_t>(tokens)});
   auto tables = test::i32_tensor(backend, {0, 1});
   AttentionBatch batch{cu.tensor, lens.tensor, tables.tensor, 1, static_cast<int>(tokens), static_cast<int>(tokens),
-                       2, 16, false};
+                       2,         16,          false};
   auto attn = poisoned_f32(backend, {tokens, nh * d});
   backend.paged_attention(q.tensor, cache, batch, nh, nkv, d, 0.25f, attn.tensor);
   expect_all_finite(attn, "paged_attention");

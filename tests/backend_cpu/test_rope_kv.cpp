@@ -69,8 +69,8 @@ TEST_P(RopeKv, MatchesReferenceAndWritesOnlyItsSlots) {
   auto q_out = poisoned_f32(backend, {c.tokens, c.nh * c.d});
 
   backend.qk_norm_rope_cache(qkv.tensor, q_norm.tensor, k_norm.tensor, eps, positions_t.tensor, rope.tensor,
-                             slots_t.tensor, static_cast<int>(c.nh), static_cast<int>(c.nkv),
-                             static_cast<int>(c.d), cache, q_out.tensor);
+                             slots_t.tensor, static_cast<int>(c.nh), static_cast<int>(c.nkv), static_cast<int>(c.d),
+                             cache, q_out.tensor);
 
   const int64_t width = (c.nh + 2 * c.nkv) * c.d;
   std::vector<double> want, scale;
@@ -122,8 +122,8 @@ TEST(CpuBackendRopeKv, RejectsPositionPastTheTableAndBadSlot) {
   auto q_out = poisoned_f32(backend, {2, nh * d});
   auto good_slots = test::i32_tensor(backend, {0, 7});
   auto past_positions = test::i32_tensor(backend, {0, 8});
-  EXPECT_THROW(backend.qk_norm_rope_cache(qkv.tensor, Tensor(), Tensor(), 1e-6f, past_positions.tensor,
-                                          rope.tensor, good_slots.tensor, nh, nkv, d, cache, q_out.tensor),
+  EXPECT_THROW(backend.qk_norm_rope_cache(qkv.tensor, Tensor(), Tensor(), 1e-6f, past_positions.tensor, rope.tensor,
+                                          good_slots.tensor, nh, nkv, d, cache, q_out.tensor),
                EngineError);
   auto positions = test::i32_tensor(backend, {0, 7});
   auto bad_slots = test::i32_tensor(backend, {0, 8});

@@ -120,7 +120,8 @@ TEST(CpuSampler, RowsOfOneCallMatchSeparateCalls) {
   for (int r = 0; r < 9; ++r) {
     auto row = random_logits(vocab, rng, 1.0f);
     logits.insert(logits.end(), row.begin(), row.end());
-    rows.push_back({0.5f + 0.1f * r, r % 3 == 0 ? 10 : 0, r % 2 ? 0.9f : 1.0f, r % 4 == 1 ? 0.05f : 0.0f, 77 * r, 5 + r});
+    rows.push_back(
+        {0.5f + 0.1f * r, r % 3 == 0 ? 10 : 0, r % 2 ? 0.9f : 1.0f, r % 4 == 1 ? 0.05f : 0.0f, 77 * r, 5 + r});
   }
   const auto together = sample(backend, logits, vocab, rows);
   for (int r = 0; r < 9; ++r) {

@@ -106,8 +106,8 @@ void attend_tile(const QueryTile& tile, const CacheGeometry& cache, const int32_
       for (int64_t i = 0; i < queries; ++i) {
         const int64_t count = std::min(kKeysPerChunk, num_keys(i) - first - c);
         if (count <= 0) continue;
-        cpu::weighted_rows_add(scores_of(i) + first + c, block_values + head_of(i) * d + c * key_stride,
-                               key_stride, count, output(i), d);
+        cpu::weighted_rows_add(scores_of(i) + first + c, block_values + head_of(i) * d + c * key_stride, key_stride,
+                               count, output(i), d);
       }
     }
   }
@@ -116,14 +116,14 @@ void attend_tile(const QueryTile& tile, const CacheGeometry& cache, const int32_
 
 }  // namespace
 
-void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                                 int num_heads, int num_kv_heads, int head_dim, float scale, Tensor& out) {
+void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch, int num_heads,
+                                 int num_kv_heads, int head_dim, float scale, Tensor& out) {
   const char* op = "paged_attention";
   const int64_t nh = num_heads, nkv = num_kv_heads, d = head_dim;
   const int64_t bs = batch.block_size, num_seqs = batch.num_seqs, max_blocks = batch.max_blocks_per_seq;
-  cpu::require(nh > 0 && nkv > 0 && d > 0 && nh % nkv == 0, op,
-               "num_heads " + std::to_string(nh) + " must be a positive multiple of num_kv_heads " +
-                   std::to_string(nkv));
+  cpu::require(
+      nh > 0 && nkv > 0 && d > 0 && nh % nkv == 0, op,
+      "num_heads " + std::to_string(nh) + " must be a positive multiple of num_kv_heads " + std::to_string(nkv));
   cpu::require(bs > 0 && num_seqs >= 0 && max_blocks >= 0, op, "batch has a non-positive block_size");
   cpu::require_dtype(q, DType::F32, op, "q");
   cpu::require_dtype(out, DType::F32, op, "out");
@@ -134,9 +134,8 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
   cpu::require_matrix(out, tokens, nh * d, op, "out");
   const int64_t block_elems = bs * nkv * d;
   cpu::require(cache.k.numel() == cache.v.numel() && cache.k.numel() % block_elems == 0, op,
-               "cache.k " + cache.k.shape_string() + " / cache.v " + cache.v.shape_string() +
-                   " are not [num_blocks, " + std::to_string(bs) + ", " + std::to_string(nkv) + ", " +
-                   std::to_string(d) + "]");
+               "cache.k " + cache.k.shape_string() + " / cache.v " + cache.v.shape_string() + " are not [num_blocks, " +
+                   std::to_string(bs) + ", " + std::to_string(nkv) + ", " + std::to_string(d) + "]");
   const int64_t num_blocks = cache.k.numel() / block_elems;
   cpu::require_dtype(batch.cu_seqlens_q, DType::I32, op, "cu_seqlens_q");
   cpu::require_dtype(batch.seq_lens_k, DType::I32, op, "seq_lens_k");
@@ -166,9 +165,9 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
     cpu::require(q_len >= 0 && k_len >= q_len, op,
                  seq + " has " + std::to_string(q_len) + " query rows but " + std::to_string(k_len) + " keys");
     const int64_t used_blocks = (k_len + bs - 1) / bs;
-    cpu::require(used_blocks <= max_blocks, op,
-                 seq + " needs " + std::to_string(used_blocks) + " blocks, the table has " +
-                     std::to_string(max_blocks));
+    cpu::require(
+        used_blocks <= max_blocks, op,
+        seq + " needs " + std::to_string(used_blocks) + " blocks, the table has " + std::to_string(max_blocks));
     for (int64_t b = 0; b < used_blocks; ++b) {
       const int32_t id = tables[s * max_blocks + b];
       cpu::require(id >= 0 && id < num_blocks, op,
@@ -206,8 +205,8 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
       // Row i of a sequence sits at position seq_len_k - q_len + i and sees keys [0, position].
       const int64_t first_num_keys = lens_k[t.seq] - q_len + (t.first_row - cu[t.seq]) + 1;
       const int64_t offset = (static_cast<int64_t>(t.first_row) * nh + first_kv_head * group) * d;
-      const QueryTile tile{qs + offset, os + offset,   nh * d, t.rows, first_kv_head, heads_per_item,
-                           group,       first_num_keys};
+      const QueryTile tile{qs + offset,   os + offset,    nh * d, t.rows,
+                           first_kv_head, heads_per_item, group,  first_num_keys};
       attend_tile(tile, geometry, tables + t.seq * max_blocks, scale, scratch.data());
     }
   }

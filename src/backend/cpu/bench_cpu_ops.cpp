@@ -95,8 +95,8 @@ void bench_attention(CpuBackend& backend, int num_seqs, int q_len, int k_len, st
   batch.block_size = block_size;
   batch.decode_only = q_len == 1;
   nanovllm::KvCacheLayer cache{k.tensor, v.tensor};
-  const double s = seconds_per_call(
-      [&] { backend.paged_attention(q.tensor, cache, batch, nh, nkv, d, 0.0883883f, out.tensor); });
+  const double s =
+      seconds_per_call([&] { backend.paged_attention(q.tensor, cache, batch, nh, nkv, d, 0.0883883f, out.tensor); });
   std::printf("attention seqs=%-3d q_len=%-5d k_len=%-5d %9.3f ms (one layer)\n", num_seqs, q_len, k_len, s * 1e3);
 }
 

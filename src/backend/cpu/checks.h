@@ -18,22 +18,20 @@ inline void require(bool ok, const char* op, const std::string& what) {
 
 inline void require_dtype(const Tensor& t, DType dtype, const char* op, const char* name) {
   if (t.empty()) fail(op, std::string(name) + " is empty");
-  if (t.dtype != dtype)
-    fail(op, std::string(name) + " is " + dtype_name(t.dtype) + ", expected " + dtype_name(dtype));
+  if (t.dtype != dtype) fail(op, std::string(name) + " is " + dtype_name(t.dtype) + ", expected " + dtype_name(dtype));
 }
 
 // t holds `rows` rows of `cols` elements (any split of the trailing dimensions).
 inline void require_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* name) {
   const bool ok = t.ndim >= 1 && t.dim(0) == rows && t.numel() == rows * cols;
   if (!ok)
-    fail(op, std::string(name) + " has shape " + t.shape_string() + ", expected [" + std::to_string(rows) +
-                 ", " + std::to_string(cols) + "]");
+    fail(op, std::string(name) + " has shape " + t.shape_string() + ", expected [" + std::to_string(rows) + ", " +
+                 std::to_string(cols) + "]");
 }
 
 inline void require_vector(const Tensor& t, int64_t n, const char* op, const char* name) {
   if (t.numel() != n)
-    fail(op, std::string(name) + " has shape " + t.shape_string() + ", expected " + std::to_string(n) +
-                 " elements");
+    fail(op, std::string(name) + " has shape " + t.shape_string() + ", expected " + std::to_string(n) + " elements");
 }
 
 }  // namespace nanovllm::cpu

@@ -22,8 +22,8 @@ constexpr int64_t kRowsPerChunk = 32;
 // A tile of kRows weight rows times kTokens tokens: each 8-float slice of a weight row is loaded once and
 // multiplied into every token, with all kRows * kTokens accumulators in registers.
 template <int kTokens, int kRows>
-NANOVLLM_CPU_INLINE void linear_tile(const float* x, const float* w, const float* bias, float* out, int64_t n, int64_t k,
-                        int64_t row) {
+NANOVLLM_CPU_INLINE void linear_tile(const float* x, const float* w, const float* bias, float* out, int64_t n,
+                                     int64_t k, int64_t row) {
   using cpu::Vec8;
   Vec8 acc[kRows][kTokens] = {};
   int64_t i = 0;
@@ -47,8 +47,8 @@ NANOVLLM_CPU_INLINE void linear_tile(const float* x, const float* w, const float
 
 // Weight rows [row_begin, row_end) for kTokens tokens, as many rows per tile as keep <= 8 accumulators.
 template <int kTokens>
-NANOVLLM_CPU_INLINE void linear_rows(const float* x, const float* w, const float* bias, float* out, int64_t n, int64_t k,
-                        int64_t row_begin, int64_t row_end) {
+NANOVLLM_CPU_INLINE void linear_rows(const float* x, const float* w, const float* bias, float* out, int64_t n,
+                                     int64_t k, int64_t row_begin, int64_t row_end) {
   constexpr int kRows = kTokens >= 8 ? 1 : 8 / kTokens > 4 ? 4 : 8 / kTokens;
   int64_t row = row_begin;
   for (; row + kRows <= row_end; row += kRows) linear_tile<kTokens, kRows>(x, w, bias, out, n, k, row);
@@ -56,17 +56,25 @@ NANOVLLM_CPU_INLINE void linear_rows(const float* x, const float* w, const float
 }
 
 NANOVLLM_CPU_MULTIVERSION
-void streaming_linear_rows(const float* x, const float* w, const float* bias, float* out, int64_t tokens,
-                           int64_t n, int64_t k, int64_t row_begin, int64_t row_end) {
+void streaming_linear_rows(const float* x, const float* w, const float* bias, float* out, int64_t tokens, int64_t n,
+                           int64_t k, int64_t row_begin, int64_t row_end) {
   switch (tokens) {
-    case 1: return linear_rows<1>(x, w, bias, out, n, k, row_begin, row_end);
-    case 2: return linear_rows<2>(x, w, bias, out, n, k, row_begin, row_end);
-    case 3: return linear_rows<3>(x, w, bias, out, n, k, row_begin, row_end);
-    case 4: return linear_rows<4>(x, w, bias, out, n, k, row_begin, row_end);
-    case 5: return linear_rows<5>(x, w, bias, out, n, k, row_begin, row_end);
-    case 6: return linear_rows<6>(x, w, bias, out, n, k, row_begin, row_end);
-    case 7: return linear_rows<7>(x, w, bias, out, n, k, row_begin, row_end);
-    default: return linear_rows<8>(x, w, bias, out, n, k, row_begin, row_end);
+    case 1:
+      return linear_rows<1>(x, w, bias, out, n, k, row_begin, row_end);
+    case 2:
+      return linear_rows<2>(x, w, bias, out, n, k, row_begin, row_end);
+    case 3:
+      return linear_rows<3>(x, w, bias, out, n, k, row_begin, row_end);
+    case 4:
+      return linear_rows<4>(x, w, bias, out, n, k, row_begin, row_end);
+    case 5:
+      return linear_rows<5>(x, w, bias, out, n, k, row_begin, row_end);
+    case 6:
+      return linear_rows<6>(x, w, bias, out, n, k, row_begin, row_end);
+    case 7:
+      return linear_rows<7>(x, w, bias, out, n, k, row_begin, row_end);
+    default:
+      return linear_rows<8>(x, w, bias, out, n, k, row_begin, row_end);
   }
 }
 
@@ -97,8 +105,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bia
     const int64_t chunks = (n + kRowsPerChunk - 1) / kRowsPerChunk;
 #pragma omp parallel for num_threads(num_threads_) schedule(static) if (n * k > (1 << 16))
     for (int64_t c = 0; c < chunks; ++c)
-      streaming_linear_rows(xs, ws, b, ys, tokens, n, k, c * kRowsPerChunk,
-                            std::min(n, (c + 1) * kRowsPerChunk));
+      streaming_linear_rows(xs, ws, b, ys, tokens, n, k, c * kRowsPerChunk, std::min(n, (c + 1) * kRowsPerChunk));
     return;
   }
 

@@ -36,8 +36,8 @@ void top_k_ids(const float* x, int64_t vocab, int k, std::vector<int32_t>& best)
 
 }  // namespace
 
-void CpuBackend::logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob,
-                          Tensor& top_ids, Tensor& top_logprobs) {
+void CpuBackend::logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob, Tensor& top_ids,
+                          Tensor& top_logprobs) {
   const char* op = "logprobs";
   cpu::require_dtype(logits, DType::F32, op, "logits");
   const int64_t rows = logits.dim(0);
@@ -65,8 +65,8 @@ void CpuBackend::logprobs(const Tensor& logits, const Tensor& targets, int k, Te
       const float* row = x + r * vocab;
       const double normaliser = log_sum_exp(row, vocab);
       const int32_t t = target[r];
-      target_out[r] = (t >= 0 && t < vocab) ? static_cast<float>(row[t] - normaliser)
-                                            : std::numeric_limits<float>::quiet_NaN();
+      target_out[r] =
+          (t >= 0 && t < vocab) ? static_cast<float>(row[t] - normaliser) : std::numeric_limits<float>::quiet_NaN();
       if (k == 0) continue;
       top_k_ids(row, vocab, k, best);
       for (int j = 0; j < k; ++j) {

@@ -43,8 +43,7 @@ const float* optional_norm(const Tensor& weight, int64_t head_dim, const char* n
 
 void CpuBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
                                     const Tensor& positions, const Tensor& rope, const Tensor& slot_mapping,
-                                    int num_heads, int num_kv_heads, int head_dim, KvCacheLayer& cache,
-                                    Tensor& q_out) {
+                                    int num_heads, int num_kv_heads, int head_dim, KvCacheLayer& cache, Tensor& q_out) {
   const char* op = "qk_norm_rope_cache";
   const int64_t nh = num_heads, nkv = num_kv_heads, d = head_dim;
   cpu::require(nh > 0 && nkv > 0 && d > 0 && d % 2 == 0, op,
@@ -66,8 +65,7 @@ void CpuBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, con
                "rope has shape " + rope.shape_string() + ", expected [max_pos, " + std::to_string(d) + "]");
   cpu::require(cache.k.numel() == cache.v.numel() && cache.k.numel() % (nkv * d) == 0, op,
                "cache.k " + cache.k.shape_string() + " and cache.v " + cache.v.shape_string() +
-                   " must be equal [num_blocks, block_size, " + std::to_string(nkv) + ", " + std::to_string(d) +
-                   "]");
+                   " must be equal [num_blocks, block_size, " + std::to_string(nkv) + ", " + std::to_string(d) + "]");
   const float* qn = optional_norm(q_norm, d, "q_norm");
   const float* kn = optional_norm(k_norm, d, "k_norm");
 
@@ -77,8 +75,10 @@ void CpuBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, con
   const int32_t* slots = slot_mapping.as<const int32_t>();
   for (int64_t t = 0; t < tokens; ++t) {
     cpu::require(pos[t] >= 0 && pos[t] < max_pos, op,
-                 "position " + std::to_string(pos[t]) + " of token " + std::to_string(t) + " is outside the rope "
-                 "table [0, " + std::to_string(max_pos) + ")");
+                 "position " + std::to_string(pos[t]) + " of token " + std::to_string(t) +
+                     " is outside the rope "
+                     "table [0, " +
+                     std::to_string(max_pos) + ")");
     cpu::require(slots[t] >= -1 && slots[t] < num_slots, op,
                  "slot " + std::to_string(slots[t]) + " of token " + std::to_string(t) + " is outside [-1, " +
                      std::to_string(num_slots) + ")");

@@ -72,7 +72,7 @@ int32_t sample_row(const float* logits, int64_t vocab, const RowControls& c, std
   const bool use_min_p = c.min_p > 0.0f;
   for (int64_t i = 0; i < vocab; ++i) {
     const float z = scaled[i];
-    if (!(z > -std::numeric_limits<float>::infinity())) continue;  // -inf or NaN
+    if (!(z > -std::numeric_limits<float>::infinity())) continue;                // -inf or NaN
     if (use_min_p && z != z_max && !(std::exp(z - z_max) >= c.min_p)) continue;  // the top token always stays
     kept.push_back(static_cast<int32_t>(i));
   }
@@ -139,8 +139,10 @@ void CpuBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& t
     kept.reserve(static_cast<size_t>(vocab));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t r = 0; r < rows; ++r) {
-      const RowControls c{in.temperature.as<const float>()[r], in.top_k.as<const int32_t>()[r],
-                          in.top_p.as<const float>()[r],       in.min_p.as<const float>()[r],
+      const RowControls c{in.temperature.as<const float>()[r],
+                          in.top_k.as<const int32_t>()[r],
+                          in.top_p.as<const float>()[r],
+                          in.min_p.as<const float>()[r],
                           static_cast<uint64_t>(in.seed.as<const int64_t>()[r]),
                           static_cast<uint32_t>(in.step.as<const int32_t>()[r])};
       out[r] = sample_row(x + r * vocab, vocab, c, scaled, kept);
