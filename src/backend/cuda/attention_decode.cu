@@ -1,6 +1,6 @@
 // Decode attention (one query row per sequence) over the paged cache: split-KV flash-decoding.
 //
-// Grid (num_seqs, num_kv_heads, num_splits). One CTA of 128 threads owns one KV head of one sequence and one
+// Grid (num_kv_heads, num_seqs, num_splits). One CTA of 128 threads owns one KV head of one sequence and one
 // chunk of its keys, and computes every query head of that GQA group, so each K/V byte is read from memory
 // once per step. Inside the CTA, D/8 consecutive lanes share a key (one 16-byte vector of 8 bf16 each); the
 // CTA's "token groups" each walk their own keys with an fp32 online softmax, and merge through shared memory at
@@ -40,8 +40,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAtten
   __shared__ float sm_max[kGroups][G];
   __shared__ float sm_sum[kGroups][G];
 
-  const int seq = blockIdx.x;
-  const int kv_head = blockIdx.y;
+  const int kv_head = blockIdx.x;  // fastest: a sequence's KV heads run together and read whole cache slots
+  const int seq = blockIdx.y;
   const int split = blockIdx.z;
   const int q_begin = a.cu_seqlens_q[seq];
   const int q_len = a.cu_seqlens_q[seq + 1] - q_begin;
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_merge_kernel(PagedAtten
 template <int D, int G>
 void launch_decode(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml,
                    cudaStream_t stream) {
-  const dim3 grid(a.num_seqs, a.num_kv_heads, plan.num_splits);
+  const dim3 grid(a.num_kv_heads, a.num_seqs, plan.num_splits);
   decode_split_kernel<D, G><<<grid, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk, ws_acc, ws_ml);
   check_launch("decode_split_kernel");
   if (plan.num_splits > 1) {
@@ -311,6 +311,9 @@ void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, siz
     throw EngineError("paged_attention_decode: " + std::to_string(group_size) +
                       " query heads per KV head; at most " + std::to_string(kDecodeMaxGroup) + " are supported");
   if (args.num_seqs == 0) return;
+  if (args.num_seqs > 65535)
+    throw EngineError("paged_attention_decode: num_seqs " + std::to_string(args.num_seqs) +
+                      " exceeds the grid limit 65535");
   const DecodePlan plan = plan_decode(args.num_seqs, args.num_kv_heads, args.max_seqlen_k);
   float* ws_acc = nullptr;
   float* ws_ml = nullptr;
