@@ -12,7 +12,8 @@
 //    (value, index) keys find the top-k threshold and the smallest top-p prefix (masses in 2^-40 fixed point,
 //    so sums are exact and reproducible), then the same Gumbel argmax over the survivors.
 // Ties: greedy takes the lowest index; the Gumbel argmax too (ties have probability ~0). Tokens whose z is
-// -inf or NaN are never kept; a row left with none gets token 0. The CPU sampler (cpu/sampler.cpp) takes the
+// -inf or NaN are never kept, min_p never drops the top token, and a row left with none falls back to
+// greedy on the raw logits. The CPU sampler (cpu/sampler.cpp) takes the
 // same steps, so a seeded row draws the same token on both unless fp32 rounding decides a near tie.
 #include <cfloat>
 #include <climits>
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_best_kernel(const Sampler
       const float s = row[i] / p.temperature;
       if (!(s > -INFINITY)) continue;  // -inf or NaN: no probability
       if (s < cutoff) continue;        // cannot win (see prune_below)
-      if (use_min_p && !(expf(s - scaled_max) >= p.min_p)) continue;
+      if (use_min_p && s != scaled_max && !(expf(s - scaled_max) >= p.min_p)) continue;  // top token stays
       take(best, s + gumbel(p, i), i);
     }
   }
@@ -170,6 +171,11 @@ __global__ void merge_chunks_kernel(const SamplerArgs a, FastWorkspace ws, int c
   Best best{-INFINITY, INT_MAX};
   for (int j = threadIdx.x; j < chunks; j += 32) take(best, ws.best_value[r * chunks + j], ws.best_index[r * chunks + j]);
   best = warp_best(best);
+  if (best.index == INT_MAX) {  // nothing kept (every z is -inf or NaN): greedy on the raw logits
+    const float* row = a.logits + static_cast<int64_t>(r) * a.vocab;
+    for (int i = threadIdx.x; i < a.vocab; i += 32) take(best, row[i], i);
+    best = warp_best(best);
+  }
   if (threadIdx.x == 0) a.token_ids[r] = best.index == INT_MAX ? 0 : best.index;
 }
 
@@ -190,7 +196,10 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
   const float scaled_max = block_max(m, scratch);
   const bool use_min_p = p.min_p > 0.0f;
   // Tokens with -inf or NaN z have no probability and are never kept.
-  auto min_p_keeps = [&](float s) { return s > -INFINITY && (!use_min_p || expf(s - scaled_max) >= p.min_p); };
+  // The most likely token always stays (even for min_p > 1).
+  auto min_p_keeps = [&](float s) {
+    return s > -INFINITY && (!use_min_p || s == scaled_max || expf(s - scaled_max) >= p.min_p);
+  };
 
   // min_p keeps a prefix of the (value desc, index asc) order; top_k shortens it.
   float kept_local = 0.0f;
@@ -241,6 +250,10 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
     if (!(s < cutoff) && min_p_keeps(s) && order_key(s, i) >= threshold) take(best, s + gumbel(p, i), i);
   }
   best = block_best(best, best_scratch);
+  if (best.index == INT_MAX) {  // nothing kept (every z is -inf or NaN): greedy on the raw logits
+    for (int i = threadIdx.x; i < vocab; i += kRowThreads) take(best, row[i], i);
+    best = block_best(best, best_scratch);
+  }
   if (threadIdx.x == 0) a.token_ids[r] = best.index == INT_MAX ? 0 : best.index;
 }
 

@@ -147,18 +147,29 @@ TEST_F(SamplerTest, TopK1AndTinyTopPAreGreedy) {
 
 TEST_F(SamplerTest, MaskedTokensAreNeverDrawn) {
   const int64_t vocab = 151936;
-  std::vector<float> logits(2 * vocab, -INFINITY);
+  std::vector<float> logits(4 * vocab, -INFINITY);
   logits[5] = 1.0f;
   logits[99999] = 1.5f;
   logits[vocab + 7] = 0.0f;
+  // Row 2: every z = logit / 0.01 overflows to -inf, so nothing is kept: greedy on the raw logits.
+  for (int64_t i = 0; i < vocab; ++i) logits[2 * vocab + i] = -3e38f;
+  logits[2 * vocab + 123] = -2e38f;
+  // Row 3: min_p > 1 still keeps the most likely token.
+  for (int64_t i = 0; i < vocab; ++i) logits[3 * vocab + i] = static_cast<float>(i % 1000) * 1e-3f;
+  logits[3 * vocab + 4321] = 5.0f;
   SamplerRows r;
   r.add(1.0f, -1, 1.0f, 0.0f, 3, 0);
   r.add(1.0f, 10, 0.9f, 0.0f, 3, 0);
+  r.add(0.01f, -1, 1.0f, 0.0f, 3, 0);
+  r.add(1.0f, -1, 1.0f, 2.0f, 3, 0);
   for (int step = 0; step < 20; ++step) {
-    r.step = {step, step};
+    r.step = {step, step, step, step};
     const auto got = sample_gpu(logits, vocab, r);
     EXPECT_TRUE(got[0] == 5 || got[0] == 99999) << got[0];
     EXPECT_EQ(got[1], 7);
+    EXPECT_EQ(got[2], 123);
+    EXPECT_EQ(got[3], 4321);
+    EXPECT_EQ(got, sample_cpu(logits, vocab, r));
   }
 }
 
