@@ -215,6 +215,37 @@ TEST(CpuSampler, TopPKeepsTheSmallestPrefixReachingP) {
   EXPECT_LT(chi_square(wider, softmax(logits, 1.0, {true, false, true, true}), steps), 20.0);
 }
 
+TEST(CpuSampler, TopPNeedingManyTokensMatchesAFullSort) {
+  // A flat distribution over 5000 tokens: top_p 0.9 keeps thousands, past the first partial sort.
+  CpuBackend backend;
+  std::mt19937 rng(57);
+  const auto logits = random_logits(5000, rng, 0.3f);
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  const float max_z = logits[order[0]];
+  double total = 0, cumulative = 0;
+  for (float x : logits) total += std::exp(static_cast<double>(x) - max_z);
+  std::vector<bool> keep(logits.size(), false);
+  size_t kept = 0;
+  while (kept == 0 || cumulative < 0.9) {
+    cumulative += std::exp(static_cast<double>(logits[order[kept]]) - max_z) / total;
+    keep[order[kept++]] = true;
+  }
+  ASSERT_GT(kept, 2000u);
+  std::vector<size_t> rank(logits.size());
+  for (size_t r = 0; r < order.size(); ++r) rank[order[r]] = r;
+  int past_first_candidates = 0;
+  for (int s = 0; s < 300; ++s) {
+    const int32_t t = sample_one(backend, logits, {1.0f, 0, 0.9f, 0.0f, 31, s});
+    ASSERT_TRUE(keep[t]) << "token " << t << " is outside the top_p prefix";
+    past_first_candidates += rank[t] >= 1024;
+  }
+  EXPECT_GT(past_first_candidates, 50);  // the prefix really reaches past the first 1024 sorted tokens
+}
+
 TEST(CpuSampler, TopPAppliesAfterTopKOnTheRenormalisedMass) {
   CpuBackend backend;
   // top_k 2 keeps 0.5 and 0.3 → renormalised 0.625 / 0.375; top_p 0.6 then keeps only the first.

@@ -100,6 +100,38 @@ void bench_attention(CpuBackend& backend, int num_seqs, int q_len, int k_len, st
   std::printf("attention seqs=%-3d q_len=%-5d k_len=%-5d %9.3f ms (one layer)\n", num_seqs, q_len, k_len, s * 1e3);
 }
 
+void bench_sampling(CpuBackend& backend, int rows, float temperature, int top_k, float top_p, std::mt19937& rng) {
+  const int64_t vocab = 151936;
+  Owned logits = make_f32(backend, {rows, vocab}, rng);
+  for (int64_t i = 0; i < logits.tensor.numel(); ++i) logits.tensor.as<float>()[i] *= 8.0f;
+  std::vector<float> temps(rows, temperature), top_ps(rows, top_p), min_ps(rows, 0.0f);
+  std::vector<int32_t> top_ks(rows, top_k), steps(rows, 5), tokens(rows, 0);
+  Owned temp_t{backend.allocate(rows * 4), {}}, top_p_t{backend.allocate(rows * 4), {}};
+  Owned min_p_t{backend.allocate(rows * 4), {}}, seed_t{backend.allocate(rows * 8), {}};
+  temp_t.tensor = temp_t.buffer.view(DType::F32, {rows});
+  top_p_t.tensor = top_p_t.buffer.view(DType::F32, {rows});
+  min_p_t.tensor = min_p_t.buffer.view(DType::F32, {rows});
+  seed_t.tensor = seed_t.buffer.view(DType::I64, {rows});
+  for (int r = 0; r < rows; ++r) {
+    temp_t.tensor.as<float>()[r] = temperature;
+    top_p_t.tensor.as<float>()[r] = top_p;
+    min_p_t.tensor.as<float>()[r] = 0.0f;
+    seed_t.tensor.as<int64_t>()[r] = 1000 + r;
+  }
+  Owned top_k_t = make_i32(backend, top_ks), step_t = make_i32(backend, steps), out_t = make_i32(backend, tokens);
+  const nanovllm::SamplerInputs in{temp_t.tensor, top_k_t.tensor, top_p_t.tensor,
+                                   min_p_t.tensor, seed_t.tensor,  step_t.tensor};
+  const double s = seconds_per_call([&] { backend.sample(logits.tensor, in, out_t.tensor); });
+  std::printf("sample rows=%-3d T=%.1f top_k=%-3d top_p=%.2f V=151936 %9.3f ms\n", rows, temperature, top_k, top_p,
+              s * 1e3);
+  Owned target_lp = make_f32(backend, {rows}, rng), top_lp = make_f32(backend, {rows, 20}, rng);
+  Owned top_ids = make_i32(backend, std::vector<int32_t>(rows * 20, 0));
+  top_ids.tensor = top_ids.tensor.reshaped({rows, 20});
+  const double l = seconds_per_call(
+      [&] { backend.logprobs(logits.tensor, out_t.tensor, 20, target_lp.tensor, top_ids.tensor, top_lp.tensor); });
+  std::printf("logprobs rows=%-3d k=20 V=151936 %9.3f ms\n", rows, l * 1e3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,5 +150,9 @@ int main(int argc, char** argv) {
   bench_attention(backend, 8, 1, 1024, rng);
   bench_attention(backend, 1, 1, 8192, rng);
   bench_attention(backend, 1, 512, 512, rng);
+  bench_sampling(backend, 1, 0.0f, 0, 1.0f, rng);
+  bench_sampling(backend, 1, 1.0f, 0, 1.0f, rng);
+  bench_sampling(backend, 1, 0.7f, 20, 0.95f, rng);
+  bench_sampling(backend, 1, 0.7f, 0, 0.9f, rng);
   return 0;
 }

@@ -32,8 +32,12 @@ namespace nanovllm {
 
 namespace {
 
-// The largest float below 1: the Gumbel noise of u stays finite (at most ~16.6).
+// The largest float below 1: the Gumbel noise of u stays finite (at most -log(-log(1 - 2^-24)) ~ 16.64).
 constexpr float kLargestUniform = 0x1.fffffep-1f;
+// An upper bound of that noise, with room for rounding.
+constexpr float kMaxGumbel = 17.0f;
+// top_p first sorts this many of the most likely tokens, and more only if their mass falls short.
+constexpr size_t kFirstTopPCandidates = 1024;
 
 struct RowControls {
   float temperature;
@@ -62,9 +66,13 @@ int32_t sample_row(const float* logits, int64_t vocab, const RowControls& c, std
   if (!(c.temperature > 0.0f)) return greedy_token(logits, vocab);
 
   float z_max = -std::numeric_limits<float>::infinity();
+  int32_t top_index = 0;  // the lowest index of the largest z
   for (int64_t i = 0; i < vocab; ++i) {
     scaled[i] = logits[i] / c.temperature;
-    if (scaled[i] > z_max) z_max = scaled[i];
+    if (scaled[i] > z_max) {
+      z_max = scaled[i];
+      top_index = static_cast<int32_t>(i);
+    }
   }
   if (!(z_max > -std::numeric_limits<float>::infinity())) return greedy_token(logits, vocab);
 
@@ -86,30 +94,46 @@ int32_t sample_row(const float* logits, int64_t vocab, const RowControls& c, std
     kept.resize(static_cast<size_t>(c.top_k));
   }
   if (c.top_p < 1.0f) {
-    std::sort(kept.begin(), kept.end(), before);
     double total = 0.0;
     for (int32_t i : kept) total += std::exp(static_cast<double>(scaled[i]) - z_max);
-    double cumulative = 0.0;
-    size_t prefix = 0;
-    while (prefix < kept.size()) {
-      cumulative += std::exp(static_cast<double>(scaled[kept[prefix]]) - z_max) / total;
-      ++prefix;
-      if (cumulative >= static_cast<double>(c.top_p)) break;
+    // Walk the tokens in `before` order, sorting only as far as needed: the first `sorted` of kept are the
+    // largest, in order (what a full sort would put there), and the prefix usually ends early.
+    size_t sorted = std::min(kept.size(), kFirstTopPCandidates);
+    for (;;) {
+      if (sorted < kept.size()) std::nth_element(kept.begin(), kept.begin() + sorted, kept.end(), before);
+      std::sort(kept.begin(), kept.begin() + sorted, before);
+      double cumulative = 0.0;
+      size_t prefix = 0;
+      do {  // at least one token, whatever top_p is
+        cumulative += std::exp(static_cast<double>(scaled[kept[prefix]]) - z_max) / total;
+        ++prefix;
+      } while (prefix < sorted && cumulative < static_cast<double>(c.top_p));
+      if (cumulative >= static_cast<double>(c.top_p) || sorted == kept.size()) {
+        kept.resize(prefix);
+        break;
+      }
+      sorted = std::min(kept.size(), sorted * 4);
     }
-    kept.resize(prefix);
   }
 
-  int32_t best = -1;
-  float best_value = -std::numeric_limits<float>::infinity();
-  for (int32_t i : kept) {
+  // Gumbel-max. Every filter keeps the most likely token (top_index), so its value starts the search, and a
+  // token whose z is more than the largest possible noise below the best so far cannot win: skipping it
+  // changes nothing (rounding is monotonic, and the noise of a clamped u is at most ~16.64 < kMaxGumbel).
+  const auto noisy = [&](int32_t i) {
     const float u = std::min(philox_uniform(c.seed, c.step, static_cast<uint32_t>(i)), kLargestUniform);
-    const float value = scaled[i] - std::log(-std::log(u));
-    if (best < 0 || value > best_value || (value == best_value && i < best)) {
+    return scaled[i] - std::log(-std::log(u));
+  };
+  int32_t best = top_index;
+  float best_value = noisy(top_index);
+  for (int32_t i : kept) {
+    if (scaled[i] + kMaxGumbel < best_value) continue;
+    const float value = noisy(i);
+    if (value > best_value || (value == best_value && i < best)) {
       best_value = value;
       best = i;
     }
   }
-  return best >= 0 ? best : greedy_token(logits, vocab);
+  return best;
 }
 
 }  // namespace
