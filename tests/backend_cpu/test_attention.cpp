@@ -159,6 +159,9 @@ std::vector<AttentionCase> cases() {
       {"mixed_gqa1_d16_bs16", 2, 2, 16, 16, {{1, 40}, {33, 33}, {5, 70}, {1, 1}, {17, 49}}},
       {"mixed_gqa8_d64_bs32", 8, 1, 64, 32, {{3, 95}, {1, 64}, {17, 17}, {1, 65}}},
       {"qwen3_shape_bs256", 16, 8, 128, 256, {{33, 600}, {1, 1000}, {1, 256}}},
+      // One decode row: work is split over KV heads (how many per item depends on the thread count).
+      {"decode_single_qwen3_shape_bs16", 16, 8, 128, 16, {{1, 77}}},
+      {"decode_single_gqa4_d64_bs32", 16, 4, 64, 32, {{1, 33}}},
   };
 }
 

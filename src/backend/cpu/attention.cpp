@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "backend/cpu/checks.h"
@@ -182,9 +183,13 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
   }
 
   // KV heads per work item: all of them (contiguous reads) unless that leaves too few items to share out.
+  // KV heads per work item: all of them (contiguous reads) unless that leaves too few items to share out or
+  // makes a thread's scores scratch large (long contexts).
+  constexpr int64_t kMaxScratchFloats = int64_t{1} << 21;  // 8 MiB
+  const int64_t num_tiles = static_cast<int64_t>(tiles.size());
   int64_t heads_per_item = nkv;
-  while (heads_per_item % 2 == 0 &&
-         static_cast<int64_t>(tiles.size()) * (nkv / heads_per_item) < 2 * static_cast<int64_t>(num_threads_))
+  while (heads_per_item % 2 == 0 && (num_tiles * (nkv / heads_per_item) < 2 * static_cast<int64_t>(num_threads_) ||
+                                     scratch_floats * heads_per_item > kMaxScratchFloats))
     heads_per_item /= 2;
   scratch_floats *= heads_per_item;
 
@@ -195,7 +200,8 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
   float* os = out.as<float>();
 #pragma omp parallel num_threads(num_threads_) if (items > 1)
   {
-    std::vector<float> scratch(static_cast<size_t>(scratch_floats));
+    // Every score is written before it is read: no need to zero the scratch.
+    const auto scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(scratch_floats));
     // Causal tiles differ in length: hand out small chunks.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
@@ -207,7 +213,7 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
       const int64_t offset = (static_cast<int64_t>(t.first_row) * nh + first_kv_head * group) * d;
       const QueryTile tile{qs + offset,   os + offset,    nh * d, t.rows,
                            first_kv_head, heads_per_item, group,  first_num_keys};
-      attend_tile(tile, geometry, tables + t.seq * max_blocks, scale, scratch.data());
+      attend_tile(tile, geometry, tables + t.seq * max_blocks, scale, scratch.get());
     }
   }
 }
