@@ -33,7 +33,8 @@ NANOVLLM_HOST_DEVICE float philox_uniform(uint64_t seed, uint32_t step, uint32_t
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  return (static_cast<float>(c[0] >> 8) + 0.5f) * (1.0f / 16777216.0f);
+  // 23 bits, so (2^23 - 1 + 0.5) / 2^23 is still exactly representable below 1.
+  return (static_cast<float>(c[0] >> 9) + 0.5f) * (1.0f / 8388608.0f);
 }
 
 }  // namespace nanovllm
