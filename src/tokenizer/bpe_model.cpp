@@ -133,14 +133,16 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out, con
     encode_word_uncached(word, out);
     return;
   }
-  if (const auto it = cache_.find(word); it != cache_.end()) {
-    out.insert(out.end(), it->second.begin(), it->second.end());
+  const uint64_t h = WordCache::hash(word);
+  bool found = false;
+  const std::span<const int32_t> cached = cache_.find(word, h, found);
+  if (found) {
+    out.insert(out.end(), cached.begin(), cached.end());
     return;
   }
   const size_t begin = out.size();
   encode_word_uncached(word, out);
-  if (cache_.size() >= kMaxCacheEntries) cache_.clear();
-  cache_.emplace(std::string(word), std::vector<int32_t>(out.begin() + static_cast<std::ptrdiff_t>(begin), out.end()));
+  cache_.insert(word, h, std::span<const int32_t>(out).subspan(begin));
 }
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {

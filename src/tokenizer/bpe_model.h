@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/word_cache.h"
 
 namespace nanovllm {
 
@@ -73,9 +74,8 @@ class BpeModel {
 
   // Word -> ids. Guarded by cache_mutex_; an encode that finds it busy skips the cache instead of waiting.
   static constexpr size_t kMaxCachedWordBytes = 64;
-  static constexpr size_t kMaxCacheEntries = 1 << 18;
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
+  mutable WordCache cache_{1 << 15};
 
  public:
   // Holds the cache for one encode call (try-lock); without it encode_word computes every word.

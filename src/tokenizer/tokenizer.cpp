@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
+#include "tokenizer/nfc.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -45,22 +46,6 @@ std::optional<std::string> token_field(const json& config, const char* key) {
   return std::nullopt;
 }
 
-// NFC leaves text with no code point at or above U+0300 unchanged; its UTF-8 has no byte at or above 0xCC.
-bool nfc_is_identity(std::string_view text) {
-  return std::all_of(text.begin(), text.end(), [](char c) { return static_cast<uint8_t>(c) < 0xCC; });
-}
-
-std::string nfc(std::string_view text) {
-  utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
-                   &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n < 0) throw InvalidInput(std::string("NFC normalization failed: ") + utf8proc_errmsg(n));
-  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
-  std::free(out);
-  return result;
-}
-
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -87,8 +72,8 @@ struct Tokenizer::Impl {
 
   void encode_segment(std::string_view text, std::vector<int32_t>& ids, const BpeModel::CacheLock& lock) const {
     std::string normalized;
-    if (normalize_nfc && !nfc_is_identity(text)) {
-      normalized = nfc(text);
+    if (normalize_nfc && !nfc_quick_check(text)) {
+      normalized = nfc_normalize(text);
       text = normalized;
     }
     std::string prefixed;
