@@ -69,6 +69,26 @@ TEST(CpuBackendLinear, Qwen3ShapeDecodeAndPrefill) {
   }
 }
 
+TEST(CpuBackendLinear, DecodeSizedBatchesGiveEachTokenTheSameBits) {
+  // Up to 8 tokens every output element is summed in the same order whatever the batch, so a decode token's
+  // result does not depend on which other sequences share its step.
+  CpuBackend backend;
+  std::mt19937 rng(13);
+  const int64_t n = 97, k = 1031;
+  auto w = random_f32(backend, {n, k}, rng);
+  auto bias = random_f32(backend, {n}, rng);
+  auto x = random_f32(backend, {8, k}, rng);
+  auto batched = poisoned_f32(backend, {8, n});
+  backend.linear(x.tensor, w.tensor, bias.tensor, batched.tensor);
+  for (int64_t size : {1, 3, 5}) {
+    for (int64_t first = 0; first + size <= 8; first += size) {
+      auto part = poisoned_f32(backend, {size, n});
+      backend.linear(x.tensor.rows(first, size), w.tensor, bias.tensor, part.tensor);
+      for (int64_t i = 0; i < size * n; ++i) ASSERT_EQ(part.f32()[i], batched.f32()[first * n + i]) << size << " " << i;
+    }
+  }
+}
+
 TEST(CpuBackendLinear, RejectsMismatchedShapes) {
   CpuBackend backend;
   std::mt19937 rng(12);

@@ -222,9 +222,8 @@ TEST(CpuSampler, TopPNeedingManyTokensMatchesAFullSort) {
   const auto logits = random_logits(5000, rng, 0.3f);
   std::vector<int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   const float max_z = logits[order[0]];
   double total = 0, cumulative = 0;
   for (float x : logits) total += std::exp(static_cast<double>(x) - max_z);

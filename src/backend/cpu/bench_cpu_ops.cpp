@@ -119,7 +119,7 @@ void bench_sampling(CpuBackend& backend, int rows, float temperature, int top_k,
     seed_t.tensor.as<int64_t>()[r] = 1000 + r;
   }
   Owned top_k_t = make_i32(backend, top_ks), step_t = make_i32(backend, steps), out_t = make_i32(backend, tokens);
-  const nanovllm::SamplerInputs in{temp_t.tensor, top_k_t.tensor, top_p_t.tensor,
+  const nanovllm::SamplerInputs in{temp_t.tensor,  top_k_t.tensor, top_p_t.tensor,
                                    min_p_t.tensor, seed_t.tensor,  step_t.tensor};
   const double s = seconds_per_call([&] { backend.sample(logits.tensor, in, out_t.tensor); });
   std::printf("sample rows=%-3d T=%.1f top_k=%-3d top_p=%.2f V=151936 %9.3f ms\n", rows, temperature, top_k, top_p,
