@@ -4,6 +4,7 @@
 // compute_dtype() unless a comment says otherwise; index tensors are I32. Shapes: T tokens of the step,
 // H hidden size, nh / nkv query / KV heads, d head_dim, I intermediate size, V vocab, R logits rows.
 // Ops are enqueued in order (the CUDA backend on one stream); call synchronize() before reading results.
+// Outputs never alias inputs except where an op says so (rms_norm/add_rms_norm: out may be x).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -102,10 +103,12 @@ class Backend {
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
 
   // Samples one token per row of logits F32 [R, V] into token_ids I32 [R]. Order of filters: temperature,
-  // min_p, top_k, top_p (keeps the smallest prefix of tokens sorted by probability whose mass reaches top_p,
-  // at least one), then Gumbel-max with noise from philox_uniform(seed, step, token).
+  // min_p (always keeps the most likely token), top_k, top_p (over the probabilities renormalised across
+  // the tokens still kept, keeps the smallest prefix sorted by probability whose mass reaches top_p, at least
+  // one), then Gumbel-max with noise from philox_uniform(seed, step, token).
   virtual void sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) = 0;
-  // Log-softmax of the raw logits F32 [R, V]: target_logprob F32 [R] = logprob of targets[r]; when k > 0,
+  // Log-softmax of the raw logits F32 [R, V]: target_logprob F32 [R] = logprob of targets[r] (NaN for a
+  // target outside [0, V)); when k > 0,
   // top_ids I32 [R, k] and top_logprobs F32 [R, k] hold the k largest, descending (lowest id first on ties).
   virtual void logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob,
                         Tensor& top_ids, Tensor& top_logprobs) = 0;
