@@ -86,6 +86,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   if (from.empty()) {  // Python inserts `to` between characters
     const std::u32string u = to_u32(s);
     int64_t done = 0;
+    if (u.size() * (to.size() + 4) > (16u << 20)) throw Error("replace: result too large");
     for (const char32_t c : u) {
       if (count < 0 || done < count) {
         out += to;
@@ -99,6 +100,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   size_t start = 0;
   int64_t done = 0;
   while (count < 0 || done < count) {
+    if (out.size() > (16u << 20)) throw Error("replace: result too large");
     const size_t at = s.find(from, start);
     if (at == std::string::npos) break;
     out.append(s, start, at - start);

@@ -276,9 +276,25 @@ namespace {
 
 using NodePtr = std::unique_ptr<Node>;
 
+// Limits that keep a hostile template from running forever or exhausting memory.
+constexpr uint64_t kMaxSteps = 20'000'000;
+constexpr size_t kMaxOutputBytes = 64u << 20;
+constexpr size_t kMaxValueSize = 16u << 20;
+constexpr int kMaxStatementNesting = 256;
+constexpr uint64_t kMaxProducedBytes = 1ull << 28;
+
 struct Context {
   std::vector<std::unordered_map<std::string, Value>> scopes;
   int depth = 0;  // macro recursion guard
+  uint64_t steps = 0;
+  uint64_t bytes = 0;  // produced by operators, filters and calls
+
+  // Counts what a value costs to build; throws past the budget.
+  const Value& charge(const Value& v) {
+    bytes += v.is_string() ? v.as_string().size() : v.is_list() ? v.as_list().size() * 16 : v.is_dict() ? v.as_dict().size() * 32 : 1;
+    if (bytes > kMaxProducedBytes) throw Error("rendering exceeds its memory budget");
+    return v;
+  }
 
   Value lookup(const std::string& name) const {
     for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
@@ -292,6 +308,9 @@ struct Context {
 
 Flow exec_body(const std::vector<NodePtr>& body, Context& ctx, std::string& out) {
   for (const NodePtr& n : body) {
+    if (++ctx.steps > kMaxSteps || out.size() > kMaxOutputBytes) {
+      throw InvalidInput("chat template line " + std::to_string(n->line) + ": rendering exceeds its step or output budget");
+    }
     try {
       const Flow f = n->exec(ctx, out);
       if (f != Flow::kNormal) return f;
@@ -403,7 +422,9 @@ struct Call : Expr {
     const Value f = callee->eval(ctx);
     if (f.is_undefined()) throw Error("'" + f.undefined_name() + "' is undefined and cannot be called");
     if (!f.is_callable()) throw Error("a " + f.type_name() + " is not callable");
-    return f.as_function()(args.eval(ctx));
+    Value result = f.as_function()(args.eval(ctx));
+    ctx.charge(result);
+    return result;
   }
 };
 
@@ -411,7 +432,11 @@ struct FilterExpr : Expr {
   ExprPtr value;
   std::string name;
   Arguments args;
-  Value eval(Context& ctx) const override { return apply_filter(name, value->eval(ctx), args.eval(ctx)); }
+  Value eval(Context& ctx) const override {
+    Value result = apply_filter(name, value->eval(ctx), args.eval(ctx));
+    ctx.charge(result);
+    return result;
+  }
 };
 
 struct TestExpr : Expr {
@@ -458,11 +483,24 @@ struct Binary : Expr {
   ExprPtr left, right;
   std::string op;
   Value eval(Context& ctx) const override {
+    Value result = compute(ctx);
+    ctx.charge(result);
+    return result;
+  }
+  Value compute(Context& ctx) const {
     const Value l = left->eval(ctx), r = right->eval(ctx);
-    if (op == "~") return Value(l.to_output() + r.to_output());
+    if (op == "~") {
+      std::string joined = l.to_output() + r.to_output();
+      if (joined.size() > kMaxValueSize) throw Error("value grows too large");
+      return Value(std::move(joined));
+    }
     if (l.is_undefined()) require_defined(l);
     if (r.is_undefined()) require_defined(r);
     if (op == "+") {
+      if ((l.is_string() && r.is_string() && l.as_string().size() + r.as_string().size() > kMaxValueSize) ||
+          (l.is_list() && r.is_list() && l.as_list().size() + r.as_list().size() > kMaxValueSize)) {
+        throw Error("value grows too large");
+      }
       if (l.is_string() && r.is_string()) return Value(l.as_string() + r.as_string());
       if (l.is_list() && r.is_list()) {
         ValueList out = l.as_list();
@@ -603,6 +641,7 @@ struct ForNode : Node {
     }
     const auto n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      if (++ctx.steps > kMaxSteps) throw Error("rendering exceeds its step budget");
       bind(ctx, items[i]);
       ValueDict loop{{"index0", Value(i)},
                      {"index", Value(i + 1)},
@@ -628,6 +667,22 @@ struct ForNode : Node {
   }
 };
 
+// Functions count too: a bound method may hold a dict that holds the namespace.
+bool holds_namespace(const Value& v) {
+  if (v.is_namespace() || v.is_callable()) return true;
+  if (v.is_list()) {
+    for (const Value& item : v.as_list()) {
+      if (holds_namespace(item)) return true;
+    }
+  }
+  if (v.is_dict()) {
+    for (const auto& [k, item] : v.as_dict()) {
+      if (holds_namespace(item)) return true;
+    }
+  }
+  return false;
+}
+
 struct SetNode : Node {
   std::string name;       // variable, or the namespace when attribute is set
   std::string attribute;  // ns.attribute = ...
@@ -645,6 +700,8 @@ struct SetNode : Node {
       v = value->eval(ctx);
     }
     if (!attribute.empty()) {
+      // A namespace inside a namespace could form a reference cycle; real templates never need it.
+      if (holds_namespace(v)) throw Error("cannot store a namespace or function inside namespace '" + name + "'");
       const Value target = ctx.lookup(name);
       if (!target.is_namespace()) throw Error("cannot assign attribute '" + attribute + "' on a " + target.type_name() + " (only on a namespace)");
       for (auto& [k, existing] : target.as_namespace().attributes) {
@@ -806,6 +863,11 @@ class Parser {
   NodePtr parse_statement() {
     const int line = peek().line;
     const std::string tag = next().text;
+    if (++statement_nesting_ > kMaxStatementNesting) syntax_error(line, "blocks nested too deeply");
+    struct Unnest {
+      int& n;
+      ~Unnest() { --n; }
+    } unnest{statement_nesting_};
     NodePtr node;
     if (tag == "if") {
       node = parse_if();
@@ -1266,11 +1328,15 @@ class Parser {
   size_t p_ = 0;
   int loop_depth_ = 0;
   int nesting_ = 0;
+  int statement_nesting_ = 0;
 };
 
 }  // namespace
 
 Template::Template(std::string source) {
+  if (const size_t bad = utf8::find_invalid(source); bad != utf8::kAllValid) {
+    throw InvalidInput("chat template is not valid UTF-8 (byte offset " + std::to_string(bad) + ")");
+  }
   Parser parser(Lexer(std::move(source)).run());
   root_ = parser.parse_template();
 }

@@ -282,6 +282,7 @@ const Value* Value::find_key(std::string_view key) const {
 }
 
 std::u32string to_u32(std::string_view s) {
+  if (utf8::find_invalid(s) != utf8::kAllValid) return to_u32(utf8::to_valid_lossy(s));  // never read past the end
   std::u32string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) out.push_back(utf8::decode_at(s, i));

@@ -125,6 +125,18 @@ TEST(Jinja, ErrorsNameTheConstructAndLine) {
   EXPECT_NE(error_of("{{ [].append(1) }}").find("sandbox"), std::string::npos);
   EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("recursed too deeply"), std::string::npos);
   EXPECT_THROW(ChatTemplate("x").render(ojson::object(), ojson(), false, ojson()), InvalidInput);
+  EXPECT_NE(error_of("ok \xFF").find("not valid UTF-8 (byte offset 3)"), std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace() %}{% set ns.me = ns %}").find("cannot store a namespace"), std::string::npos);
+}
+
+TEST(Jinja, HostileTemplatesHitBudgetsNotTheMachine) {
+  EXPECT_NE(error_of("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}").find("budget"), std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}").find("too large"),
+            std::string::npos);
+  std::string deep;
+  for (int i = 0; i < 1000; ++i) deep += "{% if true %}";
+  EXPECT_NE(error_of(deep).find("nested too deeply"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}").find("nested too deeply"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,79 @@
+// Arbitrary bytes through encode, decode and the streaming detokenizer of Qwen3's tokenizer
+// (NANOVLLM_QWEN3_TOKENIZER_DIR or third_party_data/qwen3-tokenizer). Invariants checked, not only crashes:
+// invalid UTF-8 is rejected exactly when find_invalid says so; decode(encode(x)) == NFC(x); streaming == decode.
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "tokenizer/nfc.h"
+#include "tokenizer/stop_strings.h"
+#include "tokenizer/streaming_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace {
+
+const nanovllm::Tokenizer& tokenizer() {
+  static const nanovllm::Tokenizer t = [] {
+    const char* env = std::getenv("NANOVLLM_QWEN3_TOKENIZER_DIR");
+    return nanovllm::Tokenizer::from_model_dir(env ? std::filesystem::path(env)
+                                                   : std::filesystem::path(NANOVLLM_SOURCE_DIR) / "third_party_data" / "qwen3-tokenizer");
+  }();
+  return t;
+}
+
+void check(bool ok) {
+  if (!ok) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace nanovllm;
+  const Tokenizer& t = tokenizer();
+  const std::string text(reinterpret_cast<const char*>(data), size);
+
+  // Encode: rejected iff not valid UTF-8; otherwise round-trips to the NFC text.
+  const bool valid = utf8::find_invalid(text) == utf8::kAllValid;
+  try {
+    const std::vector<int32_t> ids = t.encode(text);
+    check(valid);
+    check(t.decode(ids, false) == nfc_normalize(text));
+  } catch (const InvalidInput&) {
+    check(!valid);
+  }
+
+  // The same bytes as token ids (3 bytes each, some out of range): decode and stream agree.
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i + 3 <= size; i += 3) {
+    ids.push_back(static_cast<int32_t>((data[i] | (data[i + 1] << 8) | (data[i + 2] << 16)) % (t.vocab_size() + 8)));
+  }
+  for (const bool skip : {false, true}) {
+    std::string full;
+    bool out_of_range = false;
+    try {
+      full = t.decode(ids, skip);
+    } catch (const InvalidInput&) {
+      out_of_range = true;
+    }
+    StreamingDetokenizer stream(t, {}, skip);
+    std::string streamed;
+    try {
+      for (const int32_t id : ids) {
+        const std::string piece = stream.push(id);
+        check(utf8::find_invalid(piece) == utf8::kAllValid);
+        streamed += piece;
+      }
+      streamed += stream.flush();
+      check(!out_of_range && streamed == full);
+      const std::vector<std::string> stops{"\n\n", "<|im_end|>", full.substr(0, 3)};
+      if (const auto m = find_stop_string(streamed, streamed.size() / 2, stops)) check(m->cut_at <= streamed.size());
+    } catch (const InvalidInput&) {
+      check(out_of_range);
+    }
+  }
+  return 0;
+}
