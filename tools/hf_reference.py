@@ -48,7 +48,7 @@ def logits_of(model, token_ids, device):
 
 @torch.no_grad()
 def reference_for_prompt(model, prompt, device, new_tokens, k):
-    logprobs = log_softmax64(logits_of(model, prompt, device))
+    logprobs = log_softmax64(logits_of(model, prompt, device)).cpu()
     prompt_logprobs = [None]
     for pos in range(1, len(prompt)):
         row = logprobs[pos - 1]
@@ -60,7 +60,7 @@ def reference_for_prompt(model, prompt, device, new_tokens, k):
     row = logprobs[-1]
     for step in range(new_tokens):
         if step > 0:
-            row = log_softmax64(logits_of(model, tokens, device)[-1])
+            row = log_softmax64(logits_of(model, tokens, device)[-1]).cpu()
         token = int(torch.argmax(row))  # first index of the maximum on ties
         greedy_ids.append(token)
         greedy_logprobs.append(float(row[token]))

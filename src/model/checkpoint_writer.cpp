@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <regex>
 
 #include "common/error.h"
 #include "common/half_float.h"
@@ -58,11 +57,15 @@ std::vector<std::vector<size_t>> split_into_shards(const std::vector<size_t>& by
   return out;
 }
 
+// model.safetensors, model.safetensors.index.json or model-0000i-of-0000K.safetensors.
+bool is_weights_file(const std::string& name) {
+  if (name == "model.safetensors" || name == "model.safetensors.index.json") return true;
+  return name.starts_with("model-") && name.ends_with(".safetensors") && name.find("-of-") != std::string::npos;
+}
+
 void remove_old_weights(const fs::path& dir) {
-  static const std::regex shard_name(R"(model(-\d+-of-\d+)?\.safetensors(\.index\.json)?)");
   for (const auto& entry : fs::directory_iterator(dir))
-    if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), shard_name))
-      fs::remove(entry.path());
+    if (entry.is_regular_file() && is_weights_file(entry.path().filename().string())) fs::remove(entry.path());
 }
 
 }  // namespace

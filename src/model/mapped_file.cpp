@@ -35,6 +35,8 @@ MappedFile MappedFile::open(const std::filesystem::path& path) {
   if (size == 0) return MappedFile(nullptr, 0);
   void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd, 0);
   if (data == MAP_FAILED) throw InvalidInput(path.string() + ": cannot be mapped: " + std::strerror(errno));
+  // Weights are read front to back once; start the read-ahead now (a hint: failure is harmless).
+  ::madvise(data, size, MADV_WILLNEED);
   return MappedFile(static_cast<const std::byte*>(data), size);
 }
 

@@ -15,7 +15,9 @@
 
 namespace nanovllm {
 
-// A tensor's bytes on the host (row-major), borrowed from whoever owns them.
+// A tensor's bytes on the host (row-major), borrowed from whoever owns them. Mapped data is aligned to its
+// element size in files the safetensors library writes (header padded to 8 bytes), but the format does not
+// promise it: copy with memcpy rather than dereferencing wide pointers into a mapping.
 struct HostTensorView {
   const void* data = nullptr;
   DType dtype = DType::F32;

@@ -60,4 +60,9 @@ class DummyWeights : public WeightSource {
   std::unordered_map<std::string, size_t> index_;  // name -> layout_ entry
 };
 
+// The engine's choice: DummyWeights(config, seed) when `dummy` (vLLM's load_format=dummy), else the
+// checkpoint in model_dir.
+std::unique_ptr<WeightSource> open_weights(const std::filesystem::path& model_dir, const ModelConfig& config, bool dummy,
+                                           uint64_t seed);
+
 }  // namespace nanovllm

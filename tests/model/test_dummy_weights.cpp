@@ -109,5 +109,12 @@ TEST(DummyWeights, ScalesKeepActivationsOrderOne) {
   EXPECT_LT(largest, 0.05f);
 }
 
+TEST(OpenWeights, PicksDummyOrCheckpoint) {
+  const ModelConfig config = config_of("Qwen3ForCausalLM", true);
+  const auto dummy = open_weights("/nonexistent/folder", config, true, 5);
+  EXPECT_TRUE(dummy->contains("model.norm.weight"));
+  EXPECT_THROW(open_weights("/nonexistent/folder", config, false, 5), InvalidInput);
+}
+
 }  // namespace
 }  // namespace nanovllm

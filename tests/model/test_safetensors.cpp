@@ -31,8 +31,10 @@ void expect_invalid(Fn&& fn, std::initializer_list<std::string> parts) {
   }
 }
 
-// A safetensors file from a header text and data bytes; header_len overrides the length field.
-std::string safetensors_bytes(const std::string& header, const std::string& data, int64_t header_len = -1) {
+// A safetensors file from a header text (padded with spaces to 8 bytes, as the format asks) and data bytes;
+// header_len overrides the length field.
+std::string safetensors_bytes(std::string header, const std::string& data, int64_t header_len = -1) {
+  header.append((8 - header.size() % 8) % 8, ' ');
   const uint64_t len = header_len < 0 ? header.size() : static_cast<uint64_t>(header_len);
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((len >> (8 * i)) & 0xff);
