@@ -56,12 +56,14 @@ def reference_for_prompt(model, prompt, device, new_tokens, k):
         prompt_logprobs.append([[token, float(row[token])]] + top_k(row, k))
 
     tokens = list(prompt)
-    greedy_ids, greedy_logprobs = [], []
+    greedy_ids, greedy_logprobs, greedy_margins = [], [], []
     row = logprobs[-1]
     for step in range(new_tokens):
         if step > 0:
             row = log_softmax64(logits_of(model, tokens, device)[-1]).cpu()
         token = int(torch.argmax(row))  # first index of the maximum on ties
+        top2 = torch.topk(row, 2).values
+        greedy_margins.append(float(top2[0] - top2[1]))  # how near a tie this step is (bf16 may flip those)
         greedy_ids.append(token)
         greedy_logprobs.append(float(row[token]))
         tokens.append(token)
@@ -70,6 +72,7 @@ def reference_for_prompt(model, prompt, device, new_tokens, k):
         "prompt_logprobs": prompt_logprobs,
         "greedy_token_ids": greedy_ids,
         "greedy_logprobs": greedy_logprobs,
+        "greedy_top2_margins": greedy_margins,
     }
 
 

@@ -53,6 +53,11 @@ fs::path golden_dir() {
   return dir ? fs::path(dir) : fs::path(NANOVLLM_GOLDEN_DIR_DEFAULT);
 }
 
+fs::path fixture_dir() {
+  const char* dir = std::getenv("NANOVLLM_FIXTURE_DIR");
+  return dir ? fs::path(dir) : fs::path(NANOVLLM_FIXTURE_DIR);
+}
+
 SamplingParams greedy_params(int k) {
   SamplingParams p;
   p.temperature = 0.0f;
@@ -96,7 +101,7 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     model_ = golden_dir() / GetParam();
-    fixture_ = fs::path(NANOVLLM_FIXTURE_DIR) / (GetParam() + ".json");
+    fixture_ = fixture_dir() / (GetParam() + ".json");
     ASSERT_TRUE(fs::exists(model_ / "config.json")) << "checkpoint missing: " << model_;
     ASSERT_TRUE(fs::exists(fixture_)) << "fixture missing: " << fixture_;
     cases_ = load_fixture(fixture_, k_);

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Everything one GPU-machine call does, in order of value, each step time-boxed; run from the repo root there
+# with .carry/ prepared by tools/device/prepare_carry.sh. Results: $OUT/suite.tgz (fixtures, logs) and a
+# summary printed last.
+#   1. HF transformers fp32 fixtures for the golden checkpoints and a Qwen3-0.6B-shaped random model
+#   2. HF tokenizers fixtures and encode speed (tokenizer parity)
+#   3. GPU unit tests, compute-sanitizer, op benchmarks (tests/cuda/run_on_device.sh)
+#   4. the engine on the GPU against the fixtures of step 1 (test_cuda_golden)
+#   5. nanovllm bench: nano-vLLM's workload, --latency, --prefill (dummy Qwen3-0.6B)
+set -u
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+C=.carry
+W=/tmp/suite
+rm -rf "$W" && mkdir -p "$W/fixtures/golden" "$W/fixtures/tokenizer" "$W/logs" /tmp/golden
+STEPS="${STEPS:-1 2 3 4 5}"
+summary=()
+step() {  # name, seconds, command...
+  local name="$1" secs="$2"; shift 2
+  local start=$SECONDS
+  timeout "$secs" "$@" >"$W/logs/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - start))")")
+  tail -n 25 "$W/logs/$name.log"
+  tar czf "$OUT/suite.tgz" -C "$W" .  # after every step, so a cut-off call still brings back what ran
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$W/gpu.txt"
+cp -r "$C/golden/." /tmp/golden/
+
+if [[ " $STEPS " == *" 1 "* ]]; then
+  step hf_golden 150 tools/make_golden_fixtures.sh - /tmp/golden "$W/fixtures/golden"
+  "$C/bin/nanovllm-make-checkpoint" --config "$C/Qwen3-0.6B.config.json" --out /tmp/golden/qwen3_0_6b_shape \
+    --seed 606 --dtype bfloat16 >/dev/null
+  step hf_golden_0_6b 120 python3 tools/hf_reference.py --model /tmp/golden/qwen3_0_6b_shape \
+    --prompts tests/fixtures/golden_prompts_qwen3_0_6b.json --out "$W/fixtures/golden/qwen3_0_6b_shape.json" \
+    --new-tokens 48 --prompt-logprobs-k 5
+fi
+if [[ " $STEPS " == *" 2 "* ]]; then
+  step hf_tokenizer 100 python3 tools/hf_tokenizer_reference.py --tokenizer-dir "$C/qwen3-tokenizer" \
+    --out "$W/fixtures/tokenizer"
+fi
+if [[ " $STEPS " == *" 3 "* ]]; then
+  OUT="$W/logs/cuda" step cuda_tests 240 tests/cuda/run_on_device.sh "$C/build"
+  step attention_bench 60 "$C/build/tests/cuda/attention/bench_attention"
+fi
+if [[ " $STEPS " == *" 4 "* ]]; then
+  NANOVLLM_GOLDEN_DIR=/tmp/golden NANOVLLM_FIXTURE_DIR="$W/fixtures/golden" \
+  NANOVLLM_GOLDEN_MODELS=golden_tied_gqa2,golden_untied_sharded,qwen2_bias,qwen3_0_6b_shape \
+    step cuda_golden 150 "$C/build/tests/cuda/golden/test_cuda_golden"
+fi
+if [[ " $STEPS " == *" 5 "* ]]; then
+  nv="$C/bin/nanovllm"
+  step bench_throughput 200 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --workload "$C/workload.json" --no-progress
+  step bench_latency 90 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --latency --no-progress
+  step bench_prefill 90 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --prefill --no-progress
+fi
+tar czf "$OUT/suite.tgz" -C "$W" .
+echo "==== summary: $(cat "$W/gpu.txt") ===="
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Fills .carry/ (git-ignored, < 64 MiB) with what tools/device/gpu_suite.sh needs: stripped binaries of a
+# CUDA build, the golden checkpoints, the tokenizer files, the Qwen3-0.6B config and the bench workload.
+#   tools/device/prepare_carry.sh BUILD_DIR
+set -euo pipefail
+build="$1"
+C=.carry
+rm -rf "$C/bin" "$C/build" && mkdir -p "$C/bin" "$C/golden"
+for t in tests/cuda/ops/test_cuda_ops tests/cuda/ops/bench_cuda_ops tests/cuda/attention/test_cuda_attention \
+         tests/cuda/attention/bench_attention tests/cuda/golden/test_cuda_golden; do
+  mkdir -p "$C/build/$(dirname "$t")"
+  strip -o "$C/build/$t" "$build/$t"
+done
+strip -o "$C/bin/nanovllm" "$build/apps/nanovllm/nanovllm"
+strip -o "$C/bin/nanovllm-make-checkpoint" "$build/tools/make_checkpoint/nanovllm-make-checkpoint"
+bash tests/golden/make_checkpoints.sh "$C/bin/nanovllm-make-checkpoint" "$C/golden" >/dev/null
+cp -r third_party_data/qwen3-tokenizer "$C/"
+cp ../shared/models/Qwen3-0.6B.config.json "$C/"
+cp ../shared/bench/nanovllm_bench_workload.json "$C/workload.json"
+du -sh "$C"
