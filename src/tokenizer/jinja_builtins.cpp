@@ -156,7 +156,7 @@ Value attribute_path(const Value& item, const std::string& path) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    v = numeric ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_attribute(v, part);
+    v = numeric && part.size() < 18 ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_attribute(v, part);
     if (dot == std::string::npos) return v;
     start = dot + 1;
   }
@@ -389,7 +389,7 @@ Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<in
       return std::clamp<int64_t>(x, -1, n - 1);
     };
     const int64_t b = clamp(start, 0, n - 1), e = clamp(stop, n, -1);
-    for (int64_t i = b; st > 0 ? i < e : i > e; i += st) take(static_cast<size_t>(i));
+    for (__int128 i = b; st > 0 ? i < e : i > e; i += st) take(static_cast<size_t>(i));
   };
   if (obj.is_list()) {
     ValueList out;
@@ -458,7 +458,11 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
   if (name == "e" || name == "escape") return Value(html_escape(v.to_output()));
   if (name == "int") {
     if (v.is_int()) return v;
-    if (v.is_float()) return Value(static_cast<int64_t>(v.as_number()));
+    if (v.is_float()) {
+      const double d = v.as_number();
+      if (!(d > -9.2e18 && d < 9.2e18)) throw Error("int: " + python_float_repr(d) + " does not fit an integer");
+      return Value(static_cast<int64_t>(d));
+    }
     if (v.is_bool()) return Value(static_cast<int64_t>(v.as_bool()));
     if (v.is_string()) {
       try {
@@ -481,7 +485,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     return def ? *def : Value(0.0);
   }
   if (name == "abs") {
-    if (v.is_int()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    if (v.is_int()) return Value(v.as_int() < 0 ? static_cast<int64_t>(0 - static_cast<uint64_t>(v.as_int())) : v.as_int());
     if (v.is_float()) return Value(std::fabs(v.as_number()));
     throw Error("abs needs a number");
   }
@@ -533,7 +537,9 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
       Value total(int64_t{0});
       for (const Value& x : items) {
         if (!x.is_number()) throw Error("sum needs numbers");
-        total = total.is_int() && x.is_int() ? Value(total.as_int() + x.as_int()) : Value(total.as_number() + x.as_number());
+        total = total.is_int() && x.is_int()
+                    ? Value(static_cast<int64_t>(static_cast<uint64_t>(total.as_int()) + static_cast<uint64_t>(x.as_int())))
+                    : Value(total.as_number() + x.as_number());
       }
       return total;
     }
@@ -638,9 +644,9 @@ std::optional<Value> global_function(const std::string& name) {
       }
       if (step == 0) throw Error("range() step cannot be zero");
       ValueList out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step) {
         if (out.size() >= 100000) throw Error("range() is too long");
-        out.emplace_back(i);
+        out.emplace_back(static_cast<int64_t>(i));
       }
       return Value(out);
     }));

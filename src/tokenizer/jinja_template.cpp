@@ -457,7 +457,7 @@ struct Negate : Expr {
   bool minus = true;
   Value eval(Context& ctx) const override {
     const Value v = operand->eval(ctx);
-    if (v.is_int()) return minus ? Value(-v.as_int()) : v;
+    if (v.is_int()) return minus ? Value(static_cast<int64_t>(0 - static_cast<uint64_t>(v.as_int()))) : v;
     if (v.is_float()) return minus ? Value(-v.as_number()) : v;
     throw Error("bad operand type for unary " + std::string(minus ? "-" : "+") + ": " + v.type_name());
   }
@@ -511,7 +511,7 @@ struct Binary : Expr {
     if (op == "*" && ((l.is_string() && r.is_int()) || (l.is_int() && r.is_string()))) {
       const std::string& s = l.is_string() ? l.as_string() : r.as_string();
       const int64_t n = l.is_int() ? l.as_int() : r.as_int();
-      if (n > 0 && s.size() * static_cast<size_t>(n) > (1u << 24)) throw Error("string repetition too large");
+      if (n > (1 << 24) || (n > 0 && s.size() * static_cast<size_t>(n) > (1u << 24))) throw Error("string repetition too large");
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += s;
       return Value(std::move(out));
@@ -531,7 +531,11 @@ struct Binary : Expr {
       if (op == "*") return Value(static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)));
       if (b == 0 && (op == "//" || op == "%")) throw Error("division by zero");
       if (op == "//") return Value(b == -1 ? static_cast<int64_t>(0 - static_cast<uint64_t>(a)) : floor_div(a, b));
-      if (op == "%") return Value(b == -1 ? int64_t{0} : a - floor_div(a, b) * b);
+      if (op == "%") {
+        if (b == -1) return Value(int64_t{0});
+        const uint64_t product = static_cast<uint64_t>(floor_div(a, b)) * static_cast<uint64_t>(b);
+        return Value(static_cast<int64_t>(static_cast<uint64_t>(a) - product));
+      }
       if (op == "**") {
         if (b < 0) return Value(std::pow(static_cast<double>(a), static_cast<double>(b)));
         int64_t result = 1;
@@ -1246,7 +1250,9 @@ class Parser {
           auto item = make<GetItem>(line);
           item->object = std::move(g->object);
           auto lit = make<Literal>(line);
-          lit->value = Value(static_cast<int64_t>(std::stoll(next().text)));
+          const Token& index = next();
+          if (index.text.size() > 18) syntax_error(index.line, "index '" + index.text + "' is out of range");
+          lit->value = Value(static_cast<int64_t>(std::stoll(index.text)));
           item->key = std::move(lit);
           node = std::move(item);
           continue;

@@ -71,15 +71,20 @@ class Value {
   bool is_namespace() const { return std::holds_alternative<std::shared_ptr<Namespace>>(v_); }
   bool is_callable() const { return std::holds_alternative<std::shared_ptr<const Function>>(v_); }
 
-  bool as_bool() const { return std::get<bool>(v_); }
-  int64_t as_int() const { return std::get<int64_t>(v_); }
-  double as_number() const { return is_int() ? static_cast<double>(as_int()) : is_bool() ? as_bool() : std::get<double>(v_); }
-  const std::string& as_string() const { return std::get<std::string>(v_); }
-  const ValueList& as_list() const { return *std::get<std::shared_ptr<const ValueList>>(v_); }
-  const ValueDict& as_dict() const { return *std::get<std::shared_ptr<const ValueDict>>(v_); }
-  Namespace& as_namespace() const { return *std::get<std::shared_ptr<Namespace>>(v_); }
-  const Function& as_function() const { return *std::get<std::shared_ptr<const Function>>(v_); }
-  const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
+  // Typed access; a wrong type is a template error (an Error), never a crash.
+  bool as_bool() const { return get<bool>("a bool"); }
+  int64_t as_int() const { return get<int64_t>("an integer"); }
+  double as_number() const {
+    if (is_int()) return static_cast<double>(as_int());
+    if (is_bool()) return as_bool() ? 1.0 : 0.0;
+    return get<double>("a number");
+  }
+  const std::string& as_string() const { return get<std::string>("a string"); }
+  const ValueList& as_list() const { return *get<std::shared_ptr<const ValueList>>("a list"); }
+  const ValueDict& as_dict() const { return *get<std::shared_ptr<const ValueDict>>("a dict"); }
+  Namespace& as_namespace() const { return *get<std::shared_ptr<Namespace>>("a namespace"); }
+  const Function& as_function() const { return *get<std::shared_ptr<const Function>>("a function"); }
+  const std::string& undefined_name() const { return get<Undefined>("undefined").name; }
 
   // Python's bool().
   bool truthy() const;
@@ -101,6 +106,11 @@ class Value {
   const Value* find_key(std::string_view key) const;
 
  private:
+  template <typename T>
+  const T& get(const char* expected) const {
+    if (const T* p = std::get_if<T>(&v_)) return *p;
+    throw Error(std::string("expected ") + expected + ", got a " + type_name());
+  }
   Storage v_;
 };
 

@@ -125,6 +125,11 @@ TEST(Jinja, ErrorsNameTheConstructAndLine) {
   EXPECT_NE(error_of("{{ [].append(1) }}").find("sandbox"), std::string::npos);
   EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("recursed too deeply"), std::string::npos);
   EXPECT_THROW(ChatTemplate("x").render(ojson::object(), ojson(), false, ojson()), InvalidInput);
+  EXPECT_NE(error_of("{{ 'a' | round }}").find("expected a number"), std::string::npos);
+  EXPECT_NE(error_of("{{ x.99999999999999999999999 }}").find("out of range"), std::string::npos);
+  // Integers are 64-bit (Python's are unbounded): overflow wraps instead of being undefined behaviour.
+  EXPECT_NO_THROW(render("{{ -(-9223372036854775807 - 1) }} {{ 9223372036854775807 * 3 }}"));
+  EXPECT_EQ(render("{{ range(9223372036854775806, 9223372036854775807, 10) | list }}"), "[9223372036854775806]");
   EXPECT_NE(error_of("ok \xFF").find("not valid UTF-8 (byte offset 3)"), std::string::npos);
   EXPECT_NE(error_of("{% set ns = namespace() %}{% set ns.me = ns %}").find("cannot store a namespace"), std::string::npos);
 }

@@ -50,6 +50,13 @@ TEST(Qwen2PreTokenizer, AgreesWithPcre2OnRandomText) {
   }
 }
 
+// Llama 3's pattern runs through PCRE2: digits in groups of up to three.
+TEST(RegexPreTokenizer, RunsLlama3Pattern) {
+  const auto llama3 = make_regex_pretokenizer(
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
+  EXPECT_EQ(pieces_of(*llama3, "I'M 1234567 ok"), (std::vector<std::string>{"I", "'M", " ", "123", "456", "7", " ok"}));
+}
+
 TEST(RegexPreTokenizer, BadPatternIsInvalidInput) {
   EXPECT_THROW(make_regex_pretokenizer("(unclosed"), std::runtime_error);
 }
