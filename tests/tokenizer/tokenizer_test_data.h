@@ -1,6 +1,8 @@
 #pragma once
 // Shared helpers: where the Qwen3 tokenizer and the corpus live, and the corpus documents in the order
 // tools/hf_tokenizer_reference.py writes them.
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -32,8 +34,8 @@ inline std::string read_file(const std::filesystem::path& p) {
 }
 
 // (name, text): every *.txt of the corpus in name order, then the strings of snippets.json.
-inline std::vector<std::pair<std::string, std::string>> corpus_documents() {
-  const auto dir = source_dir() / "tools" / "tokenizer_corpus";
+inline std::vector<std::pair<std::string, std::string>> corpus_documents(
+    const std::filesystem::path& dir = source_dir() / "tools" / "tokenizer_corpus") {
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (e.path().extension() == ".txt") files.push_back(e.path());
