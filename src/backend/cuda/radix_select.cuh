@@ -75,6 +75,7 @@ __device__ uint64_t radix_select_by_weight(Visit visit, unsigned long long targe
       if (goal > above + total) goal = above + total;
       const unsigned hit = __ballot_sync(0xffffffffu, above + inclusive >= goal && lane_weight > 0);
       const int first = hit ? __ffs(hit) - 1 : 31;
+      __syncwarp();  // every lane's read of s.weight_above happens before `first` overwrites it
       if (lane == first) {
         unsigned long long cum = above + inclusive - lane_weight;
         int chosen = 255 - 8 * lane - 7;
