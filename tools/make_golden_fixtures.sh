@@ -18,28 +18,22 @@ checkpoint_dir=${2:-.carry/golden}
 fixture_dir=${3:-tests/fixtures/golden}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
-# name seed shards
-models=(
-  "golden_tied_gqa2 1234 1"
-  "golden_untied_sharded 2345 2"
-  "qwen2_bias 3456 1"
-)
-
-for entry in "${models[@]}"; do
-  read -r name seed shards <<<"$entry"
-  [[ "$make_checkpoint" == "-" ]] && continue
-  "$make_checkpoint" --config "$repo/tools/configs/$name.json" --out "$checkpoint_dir/$name" --seed "$seed" \
-    --shards "$shards" --dtype bfloat16
-  echo "checkpoint $checkpoint_dir/$name (seed $seed, $shards shard(s))"
-done
+# The recipe (name, config, seed, shards, dtype) is tests/golden/checkpoints.txt, shared with the CI tests.
+if [[ "$make_checkpoint" != "-" ]]; then
+  bash "$repo/tests/golden/make_checkpoints.sh" "$make_checkpoint" "$checkpoint_dir"
+fi
+models=()
+while read -r name _; do
+  [[ -z "$name" || "$name" == \#* ]] && continue
+  models+=("$name")
+done <"$repo/tests/golden/checkpoints.txt"
 
 if ! python3 -c "import torch, transformers, safetensors" 2>/dev/null; then
   echo "python3 cannot import torch/transformers/safetensors here: skipping the HF reference fixtures"
   exit 0
 fi
 mkdir -p "$fixture_dir"
-for entry in "${models[@]}"; do
-  read -r name _ <<<"$entry"
+for name in "${models[@]}"; do
   python3 "$repo/tools/hf_reference.py" --model "$checkpoint_dir/$name" --prompts "$repo/tests/fixtures/golden_prompts.json" \
     --prompts-key "$name" --out "$fixture_dir/$name.json" --new-tokens 48 --prompt-logprobs-k 5
 done

@@ -24,6 +24,7 @@ struct BenchArgs {
   std::string workload;
   bool latency = false, prefill = false;
   int num_prompts = -1;
+  int batch_size = 1, input_len = 128, output_len = 256;  // --latency shape
 };
 
 struct Workload {
@@ -86,6 +87,8 @@ double workload_floor_bytes(const Workload& w, const LLMEngine& engine) {
 }
 
 int run_bench(const BenchArgs& a) {
+  if (a.batch_size < 1 || a.input_len < 1 || a.output_len < 2)
+    throw InvalidInput("--batch-size and --input-len must be >= 1 and --output-len >= 2");
   EngineConfig config = a.engine.resolve();
   Workload w;
   if (!a.latency && !a.prefill) {
@@ -109,12 +112,15 @@ int run_bench(const BenchArgs& a) {
     SamplingParams p;
     p.temperature = 0.0f;
     p.ignore_eos = true;
-    p.max_tokens = 256;
-    std::vector<int32_t> prompt(128);
-    for (int i = 0; i < 128; ++i) prompt[i] = (i * 131 + 7) % 10000;
-    auto [ttft, total] = run_all(engine, {prompt}, {p});
-    std::printf("latency: batch 1, prompt 128, output 256: %.3f ms/token decode, %.2f ms to first token\n",
-                (total - ttft) / 255.0 * 1e3, ttft * 1e3);
+    p.max_tokens = a.output_len;
+    std::vector<std::vector<int32_t>> prompts(a.batch_size, std::vector<int32_t>(a.input_len));
+    for (int s = 0; s < a.batch_size; ++s)
+      for (int i = 0; i < a.input_len; ++i) prompts[s][i] = (s * 7919 + i * 131 + 7) % 10000;
+    auto [ttft, total] = run_all(engine, prompts, std::vector<SamplingParams>(a.batch_size, p));
+    const double decode_s = total - ttft;
+    std::printf("latency: batch %d, prompt %d, output %d: %.3f ms/token decode (%.1f tok/s), %.2f ms to first token\n",
+                a.batch_size, a.input_len, a.output_len, decode_s / (a.output_len - 1) * 1e3,
+                a.batch_size * (a.output_len - 1) / decode_s, ttft * 1e3);
     return 0;
   }
   if (a.prefill) {
@@ -158,6 +164,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--workload", args->workload, "bench workload JSON (nano-vLLM bench.py)")->capture_default_str();
   cmd->add_option("--num-prompts", args->num_prompts, "use only the first N prompts of the workload");
   cmd->add_flag("--latency", args->latency, "batch 1, 128-token prompt, 256 output tokens: ms per token");
+  cmd->add_option("--batch-size", args->batch_size, "--latency: sequences decoded together")->capture_default_str();
+  cmd->add_option("--input-len", args->input_len, "--latency: prompt tokens")->capture_default_str();
+  cmd->add_option("--output-len", args->output_len, "--latency: output tokens (>= 2)")->capture_default_str();
   cmd->add_flag("--prefill", args->prefill, "16 x 1024-token prompts: prompt tok/s");
   cmd->callback([args] { throw CLI::RuntimeError(run_bench(*args)); });
 }
