@@ -32,8 +32,8 @@ std::vector<std::pair<std::optional<ParsedRequest>, std::string>> read_requests(
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      out.emplace_back(parse_request(nlohmann::json::parse(line), defaults), "");
-    } catch (const nlohmann::json::parse_error& e) {
+      out.emplace_back(parse_request(nlohmann::ordered_json::parse(line), defaults), "");
+    } catch (const nlohmann::ordered_json::parse_error& e) {
       out.emplace_back(std::nullopt, "line " + std::to_string(number) + ": malformed JSON: " + e.what());
     } catch (const InvalidInput& e) {
       out.emplace_back(std::nullopt, e.what());

@@ -7,30 +7,30 @@
 namespace nanovllm::cli {
 
 namespace {
-using nlohmann::json;
+using RequestJson = nlohmann::ordered_json;  // keeps key order for chat templates
 
 template <class T>
-T field(const json& j, const char* name) {
+T field(const RequestJson& j, const char* name) {
   try {
     return j.at(name).get<T>();
-  } catch (const json::exception&) {
+  } catch (const RequestJson::exception&) {
     throw InvalidInput(std::string("field '") + name + "' has the wrong type: " + j.at(name).dump());
   }
 }
 
-std::optional<int> optional_int(const json& j, const char* name) {
+std::optional<int> optional_int(const RequestJson& j, const char* name) {
   if (!j.contains(name) || j.at(name).is_null()) return std::nullopt;
   if (!j.at(name).is_number_integer()) throw InvalidInput(std::string("field '") + name + "' must be an integer");
   return j.at(name).get<int>();
 }
 
-float number(const json& j, const char* name) {
+float number(const RequestJson& j, const char* name) {
   if (!j.at(name).is_number()) throw InvalidInput(std::string("field '") + name + "' must be a number");
   return j.at(name).get<float>();
 }
 }  // namespace
 
-ParsedRequest parse_request(const json& line, const SamplingParams& defaults) {
+ParsedRequest parse_request(const RequestJson& line, const SamplingParams& defaults) {
   if (!line.is_object()) throw InvalidInput("request must be a JSON object");
   static const std::set<std::string> known = {
       "prompt", "prompt_token_ids", "messages", "tools", "add_generation_prompt", "chat_template_kwargs",
@@ -48,9 +48,9 @@ ParsedRequest parse_request(const json& line, const SamplingParams& defaults) {
     r.prompt.text = line["prompt"].get<std::string>();
     if (r.prompt.text.empty()) throw InvalidInput("prompt is empty");
   } else if (line.contains("prompt_token_ids")) {
-    const json& ids = line["prompt_token_ids"];
+    const RequestJson& ids = line["prompt_token_ids"];
     if (!ids.is_array()) throw InvalidInput("field 'prompt_token_ids' must be an array of integers");
-    for (const json& id : ids) {
+    for (const RequestJson& id : ids) {
       if (!id.is_number_integer()) throw InvalidInput("prompt_token_ids holds a non-integer: " + id.dump());
       const auto v = id.get<int64_t>();
       if (v < 0 || v > INT32_MAX) throw InvalidInput("prompt token id " + std::to_string(v) + " is out of range");
@@ -85,7 +85,7 @@ ParsedRequest parse_request(const json& line, const SamplingParams& defaults) {
   if (line.contains("skip_special_tokens")) p.skip_special_tokens = field<bool>(line, "skip_special_tokens");
   if (line.contains("stop_token_ids")) p.stop_token_ids = field<std::vector<int32_t>>(line, "stop_token_ids");
   if (line.contains("stop")) {
-    const json& s = line["stop"];
+    const RequestJson& s = line["stop"];
     if (s.is_string()) p.stop = {s.get<std::string>()};
     else if (s.is_null()) p.stop.clear();
     else p.stop = field<std::vector<std::string>>(line, "stop");
@@ -97,7 +97,8 @@ ParsedRequest parse_request(const json& line, const SamplingParams& defaults) {
 }
 
 namespace {
-json positions_to_json(const std::vector<PositionLogprobs>& positions, bool first_is_null) {
+nlohmann::json positions_to_json(const std::vector<PositionLogprobs>& positions, bool first_is_null) {
+  using nlohmann::json;
   json arr = json::array();
   for (size_t i = 0; i < positions.size(); ++i) {
     if (first_is_null && i == 0) {
@@ -112,7 +113,8 @@ json positions_to_json(const std::vector<PositionLogprobs>& positions, bool firs
 }
 }  // namespace
 
-json output_to_json(const RequestOutput& out) {
+nlohmann::json output_to_json(const RequestOutput& out) {
+  using nlohmann::json;
   if (!out.error.empty()) return json{{"error", out.error}};
   json j;
   j["prompt_token_ids"] = out.prompt_token_ids;

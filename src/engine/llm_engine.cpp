@@ -140,6 +140,9 @@ std::vector<RequestOutput> LLMEngine::step() {
       Request& req = *requests_.at(item.seq->seq_id);
       const int32_t token = out.sampled[r++];
       if (!req.detokenizer || req.stopped_by_string) continue;
+      // The model's vocabulary may be padded past the tokenizer's (Qwen3: 151936 vs 151669); such ids have no
+      // text, as in HF's decode.
+      if (token >= tokenizer_->vocab_size()) continue;
       const size_t before = req.text.size();
       req.text += req.detokenizer->push(token);
       const int completion = item.seq->num_completion_tokens();
@@ -179,11 +182,15 @@ RequestOutput LLMEngine::finish_output(Sequence& seq) {
   return out;
 }
 
-std::string LLMEngine::apply_chat_template(const nlohmann::json& messages, const nlohmann::json& tools,
-                                           bool add_generation_prompt, const nlohmann::json& extra) const {
+std::string LLMEngine::apply_chat_template(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                           bool add_generation_prompt, const nlohmann::ordered_json& extra) const {
   if (!tokenizer_ || !tokenizer_->chat_template())
     throw InvalidInput("\"messages\" need a chat template, but the model folder's tokenizer_config.json has none");
-  return ChatTemplate(*tokenizer_->chat_template()).render(messages, tools, add_generation_prompt, extra);
+  nlohmann::ordered_json vars = extra.is_object() ? extra : nlohmann::ordered_json::object();
+  for (auto [name, token] : {std::pair{"bos_token", tokenizer_->bos_token()}, std::pair{"eos_token", tokenizer_->eos_token()},
+                             std::pair{"pad_token", tokenizer_->pad_token()}})
+    if (token && !vars.contains(name)) vars[name] = *token;
+  return ChatTemplate(*tokenizer_->chat_template()).render(messages, tools, add_generation_prompt, vars);
 }
 
 }  // namespace nanovllm

@@ -42,8 +42,10 @@ class LLMEngine {
   bool is_finished() const;
 
   // Chat messages → prompt text through the model's chat template (needs tokenizer_config.json's template).
-  std::string apply_chat_template(const nlohmann::json& messages, const nlohmann::json& tools,
-                                  bool add_generation_prompt, const nlohmann::json& extra) const;
+  // Keys keep their order (tool definitions render as given). The tokenizer's bos/eos/pad tokens are passed
+  // as template variables, as transformers does.
+  std::string apply_chat_template(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                  bool add_generation_prompt, const nlohmann::ordered_json& extra) const;
 
   const EngineConfig& config() const { return config_; }
   const ModelConfig& model_config() const { return model_config_; }
