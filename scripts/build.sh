@@ -4,5 +4,8 @@
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${NANOVLLM_BUILD_DIR:-${repo_root}/build}"
-cmake -S "${repo_root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+extra=()
+# NANOVLLM_CUDA_ARCHITECTURES=90a builds the CUDA code for one architecture only (CI: it only has to compile).
+[[ -n "${NANOVLLM_CUDA_ARCHITECTURES:-}" ]] && extra+=("-DCMAKE_CUDA_ARCHITECTURES=${NANOVLLM_CUDA_ARCHITECTURES}")
+cmake -S "${repo_root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=Release "${extra[@]}" "$@" >/dev/null
 cmake --build "${build}" -j "$(nproc)"
