@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
 
 namespace nanovllm::cuda {
@@ -16,6 +17,9 @@ cudaDataType_t cuda_type(DType t) { return t == DType::F32 ? CUDA_R_32F : CUDA_R
 }  // namespace
 
 Gemm::Gemm(void* workspace, size_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  int device = 0;
+  NANOVLLM_CUDA_CHECK(cudaGetDevice(&device));
+  NANOVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   NANOVLLM_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
@@ -90,6 +94,13 @@ cublasLtMatmulAlgo_t Gemm::choose_algo(const Plan& plan, const ShapeKey& key) {
 
 void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
                DType out_dtype, int m, int n, int k, cudaStream_t stream) {
+  const GemvArgs gemv{x, weight, bias, out, out_dtype, m, n, k};
+  if (gemv_supports(gemv)) return launch_gemv(gemv, sm_count_, stream);
+  run_cublaslt(x, weight, bias, out, out_dtype, m, n, k, stream);
+}
+
+void Gemm::run_cublaslt(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
+                        DType out_dtype, int m, int n, int k, cudaStream_t stream) {
   if (m == 0) return;
   // cuBLASLt's bias epilogue is used for bf16 outputs; an fp32 output (the lm_head) gets a separate add.
   const bool epilogue_bias = bias != nullptr && out_dtype == DType::BF16;

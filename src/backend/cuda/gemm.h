@@ -3,6 +3,7 @@
 // fp32 output. Row-major out is column-major out^T = W^T(col-major view of W) · x^T, so cuBLASLt sees
 // A = W (transposed), B = x, m = N, n = M, k = K. The algorithm is chosen by cublasLtMatmulAlgoGetHeuristic
 // once per shape bucket (M rounded up to a power of two) and cached; descriptors are cached per exact shape.
+// Skinny calls (M <= kGemvMaxTokens, gemv.h) go to the weight-streaming GEMV instead (docs/kernels/gemv.md).
 // No allocation happens per call (the workspace is allocated once), so calls may be graph-captured.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -26,8 +27,12 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   // bias may be null. out_dtype is BF16 or F32. Pointers must be 16-byte aligned and K, N multiples of 8.
+  // Small M goes to the GEMV, the rest to cuBLASLt.
   void run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
            DType out_dtype, int m, int n, int k, cudaStream_t stream);
+  // Always cuBLASLt (the benchmark compares the two paths).
+  void run_cublaslt(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
+                    DType out_dtype, int m, int n, int k, cudaStream_t stream);
 
  private:
   struct ShapeKey {
@@ -49,6 +54,7 @@ class Gemm {
   static void destroy(Plan& plan);
 
   cublasLtHandle_t handle_ = nullptr;
+  int sm_count_ = 1;  // of the current device at construction; sizes the GEMV's grid
   void* workspace_;
   size_t workspace_bytes_;
   std::map<ShapeKey, cublasLtMatmulAlgo_t> algo_by_bucket_;

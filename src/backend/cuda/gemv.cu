@@ -1,0 +1,187 @@
+// Weight-streaming skinny linear (docs/kernels/gemv.md). The tensor core does the dot products: one
+// mma.m16n8k16 takes A = x (M = 16 token slots), B = W^T (N = 8 weight rows), K = 16. Because a k-sum may be
+// taken in any order, the 32 k of a step are permuted so that lane (g = lane / 4, c = lane % 4) feeds both
+// of its B fragments from ONE 16-byte load W[row g][k0 + 8c, +8) and its A fragments from the matching
+// 16-byte loads x[token g][k0 + 8c, +8) and x[token g + 8][...]. No shuffles, no shared-memory staging.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.h"
+
+namespace nanovllm::cuda {
+namespace {
+
+constexpr int kRowsPerGroup = 8;   // the mma's N: one weight row per lane quad
+constexpr int kStepK = 32;         // k per step: 4 lanes × 8 bf16
+constexpr int kMaxWarps = 16;      // warps of a CTA split K
+constexpr int kWeightLoadsPerLane = 8;  // 16-byte W loads a lane issues before its first mma of a round
+
+// Predicated 16-byte loads (zeros when !pred) in one asm, so the compiler can neither speculate the load
+// nor turn the predicate into a branch. W is streamed (read once: keep it out of L1); x is re-read by every
+// CTA, so it may stay in L1.
+__device__ __forceinline__ uint4 load_weight_or_zero(const __nv_bfloat16* p, bool pred) {
+  uint4 v;
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\t"
+      "mov.b32 %3, 0;\n\t@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(pred)));
+  return v;
+}
+
+__device__ __forceinline__ uint4 load_activation_or_zero(const __nv_bfloat16* p, bool pred) {
+  uint4 v;
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\t"
+      "mov.b32 %3, 0;\n\t@p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(pred)));
+  return v;
+}
+
+// c[4] += A (16 × 16 bf16, row-major fragments a0..a3) · B (16 × 8 bf16, column fragments b0, b1).
+__device__ __forceinline__ void mma_bf16_m16n8k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                  uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void store_output(float* out, int64_t i, float v) { out[i] = v; }
+__device__ __forceinline__ void store_output(__nv_bfloat16* out, int64_t i, float v) { out[i] = __float2bfloat16_rn(v); }
+
+// kTokenHalves: 1 for tokens <= 8 (A rows 8..15 are zero), 2 for tokens <= 16.
+// kRowGroups: groups of 8 weight rows per warp, all multiplied by the same x registers.
+// A CTA owns rows [blockIdx.x * 8 kRowGroups, +8 kRowGroups); its warps take interleaved runs of kUnroll
+// consecutive 32-wide k steps, then reduce their partial tiles through shared memory.
+template <int kTokenHalves, int kRowGroups, typename OutT>
+__global__ void __launch_bounds__(kMaxWarps * 32, 1)
+    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ weight,
+                const __nv_bfloat16* __restrict__ bias, OutT* __restrict__ out, int tokens, int n, int k) {
+  constexpr int kUnroll = std::max(2, kWeightLoadsPerLane / kRowGroups);
+  constexpr int kTileFloats = kRowGroups * 32 * 4;  // one warp's C fragments
+  __shared__ float4 partial[kMaxWarps][kRowGroups][32];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int row0 = blockIdx.x * (kRowsPerGroup * kRowGroups);
+  const int steps = (k + kStepK - 1) / kStepK;
+
+  // Rows past n read the last real row: their outputs are never stored, and the load stays in bounds.
+  const __nv_bfloat16* w_row[kRowGroups];
+#pragma unroll
+  for (int r = 0; r < kRowGroups; ++r) w_row[r] = weight + static_cast<int64_t>(min(row0 + r * 8 + g, n - 1)) * k;
+  const __nv_bfloat16* x_row[kTokenHalves];
+  bool x_live[kTokenHalves];
+#pragma unroll
+  for (int h = 0; h < kTokenHalves; ++h) {
+    const int token = g + 8 * h;
+    x_live[h] = token < tokens;
+    x_row[h] = x + static_cast<int64_t>(x_live[h] ? token : 0) * k;
+  }
+
+  float acc[kRowGroups][4];
+#pragma unroll
+  for (int r = 0; r < kRowGroups; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+
+  for (int round = 0; round < steps; round += warps * kUnroll) {
+    uint4 wv[kUnroll][kRowGroups], xv[kUnroll][kTokenHalves];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int kk = (round + warp * kUnroll + u) * kStepK + 8 * c;
+      const bool live = kk < k;  // k % 8 == 0: a lane's 8-wide chunk is all in or all out
+#pragma unroll
+      for (int r = 0; r < kRowGroups; ++r) wv[u][r] = load_weight_or_zero(w_row[r] + kk, live);
+#pragma unroll
+      for (int h = 0; h < kTokenHalves; ++h) xv[u][h] = load_activation_or_zero(x_row[h] + kk, live && x_live[h]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint4 lo = xv[u][0];
+      const uint4 hi = kTokenHalves > 1 ? xv[u][kTokenHalves - 1] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int r = 0; r < kRowGroups; ++r) {
+        // Pairs 0, 1 of the 16-byte chunk are logical k (2c, 2c+8) of the first mma, pairs 2, 3 of the second.
+        mma_bf16_m16n8k16(acc[r], lo.x, hi.x, lo.y, hi.y, wv[u][r].x, wv[u][r].y);
+        mma_bf16_m16n8k16(acc[r], lo.z, hi.z, lo.w, hi.w, wv[u][r].z, wv[u][r].w);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRowGroups; ++r) partial[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+  __syncthreads();
+
+  // C fragment element j of lane l: token g + 8 (j / 2), row 2c + (j % 2) of the group.
+  const float* flat = &partial[0][0][0].x;
+  for (int i = threadIdx.x; i < kTileFloats; i += blockDim.x) {
+    const int r = i / 128, l = (i >> 2) & 31, j = i & 3;
+    const int token = (l >> 2) + 8 * (j >> 1);
+    const int row = row0 + r * 8 + 2 * (l & 3) + (j & 1);
+    if (token >= tokens || row >= n) continue;
+    float sum = 0.0f;
+    for (int w = 0; w < warps; ++w) sum += flat[w * kTileFloats + i];
+    if (bias != nullptr) sum += __bfloat162float(bias[row]);
+    store_output(out, static_cast<int64_t>(token) * n + row, sum);
+  }
+}
+
+// Row groups per warp: more groups cut x's L2 traffic (every CTA reads all of x: T / (8 R) bytes per W
+// byte) but also the number of CTAs; keep at least one CTA per SM.
+int row_groups_for(int tokens, int n, int sm_count) {
+  int groups = tokens <= 2 ? 1 : tokens <= 8 ? 2 : 4;
+  while (groups > 1 && (n + kRowsPerGroup * groups - 1) / (kRowsPerGroup * groups) < sm_count) groups /= 2;
+  return groups;
+}
+
+template <int kTokenHalves, int kRowGroups, typename OutT>
+void launch(const GemvArgs& a, cudaStream_t stream) {
+  constexpr int kUnroll = std::max(2, kWeightLoadsPerLane / kRowGroups);
+  const int steps = (a.k + kStepK - 1) / kStepK;
+  const int warps = std::clamp((steps + kUnroll - 1) / kUnroll, 1, kMaxWarps);
+  const int rows_per_cta = kRowsPerGroup * kRowGroups;
+  const int blocks = (a.n + rows_per_cta - 1) / rows_per_cta;
+  gemv_kernel<kTokenHalves, kRowGroups, OutT><<<blocks, warps * 32, 0, stream>>>(
+      a.x, a.weight, a.bias, static_cast<OutT*>(a.out), a.tokens, a.n, a.k);
+  NANOVLLM_CHECK_LAUNCH("gemv_kernel");
+}
+
+template <int kTokenHalves, typename OutT>
+void launch_with_groups(const GemvArgs& a, int groups, cudaStream_t stream) {
+  switch (groups) {
+    case 1: return launch<kTokenHalves, 1, OutT>(a, stream);
+    case 2: return launch<kTokenHalves, 2, OutT>(a, stream);
+    default: return launch<kTokenHalves, 4, OutT>(a, stream);
+  }
+}
+
+template <typename OutT>
+void launch_with_out(const GemvArgs& a, int groups, cudaStream_t stream) {
+  if (a.tokens <= 8) return launch_with_groups<1, OutT>(a, groups, stream);
+  return launch_with_groups<2, OutT>(a, groups, stream);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool gemv_supports(const GemvArgs& a) {
+  return a.tokens >= 1 && a.tokens <= kGemvMaxTokens && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 &&
+         a.x != nullptr && a.weight != nullptr && a.out != nullptr && aligned16(a.x) && aligned16(a.weight) &&
+         (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32);
+}
+
+void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
+  if (!gemv_supports(a)) {
+    throw InvalidInput("gemv: unsupported call tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) +
+                       " k=" + std::to_string(a.k) + " (needs 1 <= tokens <= " + std::to_string(kGemvMaxTokens) +
+                       ", k % 8 == 0, 16-byte aligned x and weight, BF16 or F32 out)");
+  }
+  const int groups = row_groups_for(a.tokens, a.n, std::max(sm_count, 1));
+  if (a.out_dtype == DType::F32) return launch_with_out<float>(a, groups, stream);
+  launch_with_out<__nv_bfloat16>(a, groups, stream);
+}
+
+}  // namespace nanovllm::cuda

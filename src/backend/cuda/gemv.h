@@ -1,0 +1,36 @@
+#pragma once
+// Skinny linear for small token counts: out[T, N] = x[T, K] · W[N, K]^T (+ bias[N]), bf16 inputs, fp32
+// accumulation, bf16 or fp32 output. A weight-streaming kernel (W read exactly once, 16-byte loads, many in
+// flight) that beats cuBLASLt's fixed cost at decode sizes; docs/kernels/gemv.md has the design and numbers.
+// Nothing allocates or synchronises, so a launch may be captured into a CUDA graph.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "common/dtype.h"
+
+namespace nanovllm::cuda {
+
+// Gemm::run sends calls with M (tokens) up to this to the GEMV; above it cuBLASLt is used. The kernel's
+// cost does not grow with T up to 16 (the token dimension is the mma's M = 16).
+inline constexpr int kGemvMaxTokens = 16;
+
+struct GemvArgs {
+  const __nv_bfloat16* x = nullptr;       // [tokens, k], 16-byte aligned
+  const __nv_bfloat16* weight = nullptr;  // [n, k], 16-byte aligned
+  const __nv_bfloat16* bias = nullptr;    // [n] or null
+  void* out = nullptr;                    // [tokens, n] of out_dtype
+  DType out_dtype = DType::BF16;          // BF16 or F32
+  int tokens = 0;
+  int n = 0;
+  int k = 0;
+};
+
+// True when the GEMV handles these arguments: 1 <= tokens <= kGemvMaxTokens, n >= 1, k a positive multiple
+// of 8, x and weight 16-byte aligned, out_dtype BF16 or F32. Any n is allowed.
+bool gemv_supports(const GemvArgs& args);
+
+// Enqueues the GEMV on `stream`; throws InvalidInput when !gemv_supports(args). sm_count: the device's
+// multiprocessor count (sizes the grid).
+void launch_gemv(const GemvArgs& args, int sm_count, cudaStream_t stream);
+
+}  // namespace nanovllm::cuda

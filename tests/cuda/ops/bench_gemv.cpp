@@ -1,0 +1,122 @@
+// Not a test: the skinny-linear GEMV against cuBLASLt at Qwen3-0.6B's projection shapes and token counts
+// around kGemvMaxTokens, next to the weight-streaming floor (W bytes / measured read bandwidth).
+// As in bench_cuda_ops, each measurement captures 20 calls into a CUDA graph and reports the median of 15
+// replays / 20; the calls rotate over enough weight copies to exceed L2, so W comes from device memory.
+//
+//   bench_gemv            (prints one line per op, T and path; the last column is GEMV speed-up)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gemv.h"
+
+namespace nanovllm {
+namespace {
+
+constexpr int kCallsPerGraph = 20;
+
+double time_us(CudaBackend& gpu, const std::function<void(int)>& call) {
+  call(0);
+  gpu.synchronize();
+  CudaGraph graph = gpu.capture([&] {
+    for (int i = 0; i < kCallsPerGraph; ++i) call(i);
+  });
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  gpu.replay(graph);
+  std::vector<float> ms;
+  for (int rep = 0; rep < 15; ++rep) {
+    cudaEventRecord(start, gpu.stream());
+    gpu.replay(graph);
+    cudaEventRecord(stop, gpu.stream());
+    cudaEventSynchronize(stop);
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  return ms[ms.size() / 2] * 1e3 / kCallsPerGraph;
+}
+
+void run() {
+  CudaBackend gpu(0);
+  const double read_gbs = gpu.measure_read_bandwidth_gbs(size_t{2} << 30);
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  std::printf("%s, %d SMs, read bandwidth %.0f GB/s (floors use it); kGemvMaxTokens = %d\n",
+              gpu.device_name().c_str(), sms, read_gbs, cuda::kGemvMaxTokens);
+  Buffer workspace = gpu.allocate(32u << 20);
+  cuda::Gemm gemm(workspace.data(), workspace.bytes());
+  std::vector<Buffer> keep;
+  auto fill = [&](int64_t elements) {
+    keep.push_back(gpu.allocate(static_cast<size_t>(elements) * 2));
+    std::vector<float> host(static_cast<size_t>(elements));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = 0.01f * static_cast<float>(static_cast<int>(i * 2654435761u % 201) - 100);
+    gpu.upload_converted(host.data(), DType::F32, keep.back().data(), elements);
+    return static_cast<const __nv_bfloat16*>(keep.back().data());
+  };
+
+  struct Shape {
+    const char* name;
+    int n, k;
+    DType out;
+  };
+  const Shape shapes[] = {{"qkv", 4096, 1024, DType::BF16},   {"o_proj", 1024, 2048, DType::BF16},
+                          {"gate_up", 6144, 1024, DType::BF16}, {"down", 1024, 3072, DType::BF16},
+                          {"lm_head", 151936, 1024, DType::F32}};
+  std::printf("%-8s %4s  %10s %10s %9s  %10s %9s  %8s\n", "op", "T", "floor us", "gemv us", "GB/s", "cublas us",
+              "GB/s", "speedup");
+  for (const Shape& s : shapes) {
+    const double w_bytes = 2.0 * s.n * s.k;
+    const int copies = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>((160ll << 20) / w_bytes) + 1));
+    std::vector<const __nv_bfloat16*> weights;
+    for (int i = 0; i < copies; ++i) weights.push_back(fill(int64_t{s.n} * s.k));
+    for (int t : {1, 4, 8, 16, 32}) {
+      if (s.n > 100000 && t > 8) continue;
+      const __nv_bfloat16* x = fill(int64_t{t} * s.k);
+      keep.push_back(gpu.allocate(static_cast<size_t>(t) * s.n * dtype_size(s.out)));
+      void* out = keep.back().data();
+      const double bytes = w_bytes + 2.0 * t * s.k + static_cast<double>(t) * s.n * dtype_size(s.out);
+      const double floor_us = bytes / (read_gbs * 1e3);
+      const double cublas_us = time_us(gpu, [&](int i) {
+        gemm.run_cublaslt(x, weights[i % copies], nullptr, out, s.out, t, s.n, s.k, gpu.stream());
+      });
+      const cuda::GemvArgs args{x, weights[0], nullptr, out, s.out, t, s.n, s.k};
+      if (t <= cuda::kGemvMaxTokens) {
+        const double gemv_us = time_us(gpu, [&](int i) {
+          cuda::GemvArgs a = args;
+          a.weight = weights[i % copies];
+          cuda::launch_gemv(a, sms, gpu.stream());
+        });
+        std::printf("%-8s %4d  %10.2f %10.2f %9.0f  %10.2f %9.0f  %7.2fx\n", s.name, t, floor_us, gemv_us,
+                    bytes / (gemv_us * 1e3), cublas_us, bytes / (cublas_us * 1e3), cublas_us / gemv_us);
+      } else {
+        std::printf("%-8s %4d  %10.2f %10s %9s  %10.2f %9.0f  (above kGemvMaxTokens)\n", s.name, t, floor_us, "-",
+                    "-", cublas_us, bytes / (cublas_us * 1e3));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nanovllm
+
+int main() {
+  try {
+    nanovllm::run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gemv: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
