@@ -4,24 +4,33 @@
 //
 // Two paths, chosen per row on the device (the row's parameters live in device memory, so one captured
 // graph serves any mix):
-//  * fast (no top_k / top_p; greedy, plain temperature, min_p): the row is cut into 8192-logit chunks, one
-//    block per (row, chunk): [sampling rows] chunk maxima -> per-chunk best (value, index) -> a per-row
-//    merge. Every logit is read once (twice when sampling); nothing is sorted; the noise is drawn only for
-//    tokens within 19.6 of the row's largest z (see prune_below).
-//  * filtered (top_k and/or top_p): one block per row. min_p keep-count, then radix selects over unique
-//    (value, index) keys find the top-k threshold and the smallest top-p prefix (masses in 2^-40 fixed point,
-//    so sums are exact and reproducible), then the same Gumbel argmax over the survivors.
+//  * fast (no top_k / top_p; greedy, plain temperature, min_p): on sm_90+ one pass (cluster_sample_kernel):
+//    a thread-block cluster of up to 16 blocks per row holds the row in registers, exchanges the slice maxima
+//    through distributed shared memory, draws the noise only for tokens within 19.6 of the row's largest z
+//    (see prune_below) and merges the slice winners in block 0. Elsewhere (sm_80, vocab > 163840) the
+//    chunked path: 8192-logit chunks, [sampling rows] chunk maxima -> per-chunk best -> per-row merge (two
+//    reads of the logits, the workspace of sampler_workspace_bytes). Nothing is sorted.
+//  * filtered (top_k and/or top_p): one block per row. A cheap lower bound on the kept keys, one pass that
+//    counts min_p's survivors and collects those above the bound into a shared list, a sort of that list,
+//    then top_k / top_p / the Gumbel argmax on it (see filtered_sample_kernel). Rows whose list overflows
+//    take the exact radix selects (filtered_by_radix_select). Masses are in 2^-40 fixed point on both, so
+//    sums are exact and reproducible.
 // Ties: greedy takes the lowest index; the Gumbel argmax too (ties have probability ~0). Tokens whose z is
 // -inf or NaN are never kept, min_p never drops the top token, and a row left with none falls back to
 // greedy on the raw logits. The CPU sampler (cpu/sampler.cpp) takes the
 // same steps, so a seeded row draws the same token on both unless fp32 rounding decides a near tie.
+#include <cooperative_groups.h>
+
 #include <cfloat>
 #include <climits>
+#include <cstdint>
 
 #include "backend/cuda/bf16_vec.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/radix_select.cuh"
+#include "backend/cuda/sampler_candidates.cuh"
+#include "backend/cuda/sampler_paths.cuh"
 #include "backend/philox.h"
 
 namespace nanovllm::cuda {
@@ -30,6 +39,8 @@ namespace {
 constexpr int kChunk = 8192;
 constexpr int kChunkThreads = 256;
 constexpr int kRowThreads = 512;
+constexpr int kCandidates = 4096;  // filtered path's shared list; >= 2 * kRowThreads
+constexpr int kUnroll = 4;         // loads in flight per thread in the filtered path's streaming passes
 constexpr double kMassScale = 1099511627776.0;  // 2^40
 
 struct RowParams {
@@ -179,14 +190,142 @@ __global__ void merge_chunks_kernel(const SamplerArgs a, FastWorkspace ws, int c
   if (threadIdx.x == 0) a.token_ids[r] = best.index == INT_MAX ? 0 : best.index;
 }
 
-// Rows with top_k / top_p: the whole filter chain in one block.
-__global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const SamplerArgs a) {
-  __shared__ RadixSelectShared select;
-  __shared__ float scratch[32];
+// The single-pass fast path (sm_90 thread-block clusters): one cluster of up to 16 blocks per row, each
+// block holding its slice of the row in registers (kClusterVecs float4 per thread, one read of the logits).
+// The blocks exchange their slice maxima through distributed shared memory, so every block knows the row's
+// largest z before drawing any noise (min_p and the pruning of prune_below need it); then each block takes
+// its slice's best (value, index) and block 0 of the cluster merges them. Greedy rows, and rows where no
+// token has probability (z_max = -inf), take the argmax of the raw logits from the same registers.
+constexpr int kClusterThreads = 512;
+constexpr int kClusterVecs = 5;
+constexpr int kMaxClusterBlocks = 16;  // non-portable on sm_90 (portable is 8): allowed explicitly at launch
+constexpr int kClusterSliceCapacity = kClusterThreads * 4 * kClusterVecs;  // 10240 logits per block
+
+struct ClusterPlan {
+  int blocks = 0;  // 0: the vocabulary does not fit in one cluster's registers
+  int slice = 0;   // logits per block, a multiple of 4
+};
+
+ClusterPlan plan_cluster(int vocab) {
+  int blocks = (vocab + kClusterThreads * 4 - 1) / (kClusterThreads * 4);  // at least ~1 float4 per thread
+  blocks = blocks < 1 ? 1 : (blocks > kMaxClusterBlocks ? kMaxClusterBlocks : blocks);
+  const int slice = ((vocab + blocks - 1) / blocks + 3) / 4 * 4;
+  if (slice > kClusterSliceCapacity) return {};
+  return {blocks, slice};
+}
+
+__global__ void __launch_bounds__(kClusterThreads, 2) cluster_sample_kernel(const SamplerArgs a, int slice) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ float reduce_scratch[32];
   __shared__ Best best_scratch[32];
-  const int r = blockIdx.x;
+  __shared__ float block_max_value;
+  __shared__ float row_max_value;
+  __shared__ Best block_best_value;
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int blocks = static_cast<int>(cluster.num_blocks());
+  const int r = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const RowParams p = row_params(a, r);
-  if (!needs_filtered_path(p, a.vocab)) return;
+  if (needs_filtered_path(p, a.vocab)) return;  // the same for every block of the cluster: no barrier waits
+  const float* row = a.logits + static_cast<int64_t>(r) * a.vocab;
+  const int begin = rank * slice;
+  const int end = min(a.vocab, begin + slice);
+  const bool vectorized = a.vocab % 4 == 0 && (reinterpret_cast<uintptr_t>(a.logits) & 15u) == 0;
+
+  // Element q of vector j of this thread is token begin + (j * kClusterThreads + threadIdx.x) * 4 + q.
+  float x[kClusterVecs][4];
+#pragma unroll
+  for (int j = 0; j < kClusterVecs; ++j) {
+    const int i = begin + (j * kClusterThreads + threadIdx.x) * 4;
+    if (vectorized && i < end) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(row + i));  // stays in L2 for the noise loop
+      x[j][0] = v.x;
+      x[j][1] = v.y;
+      x[j][2] = v.z;
+      x[j][3] = v.w;
+    } else {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) x[j][q] = i + q < end ? __ldg(row + i + q) : -INFINITY;
+    }
+  }
+
+  float m = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kClusterVecs; ++j) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) m = fmaxf(m, x[j][q]);  // padding is -inf; fmaxf skips NaN
+  }
+  m = block_max(m, reduce_scratch);
+  if (threadIdx.x == 0) block_max_value = m;
+  cluster.sync();
+  if (warp == 0) {
+    float v = lane < blocks ? *cluster.map_shared_rank(&block_max_value, lane) : -INFINITY;
+    v = warp_max(v);
+    if (lane == 0) row_max_value = v;
+  }
+  __syncthreads();
+  // max(x) / t == max(x / t): division by t > 0 is monotonic, rounding included.
+  const float scaled_max = row_max_value / p.temperature;
+
+  Best best{-INFINITY, INT_MAX};
+  if (is_greedy(p) || !(scaled_max > -INFINITY)) {  // greedy, or nothing has probability: raw argmax
+#pragma unroll
+    for (int j = 0; j < kClusterVecs; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int i = begin + (j * kClusterThreads + threadIdx.x) * 4 + q;
+        if (i < end) take(best, x[j][q], i);
+      }
+    }
+  } else {
+    // Which of this thread's tokens need their noise drawn: kept by min_p and not pruned. The noise loop
+    // then runs over the set bits (one copy of the Philox code instead of 20 unrolled ones), reloading the
+    // few logits it needs from L1/L2.
+    const float cutoff = prune_below(scaled_max);
+    const bool use_min_p = p.min_p > 0.0f;
+    uint32_t draw = 0;
+#pragma unroll
+    for (int j = 0; j < kClusterVecs; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int i = begin + (j * kClusterThreads + threadIdx.x) * 4 + q;
+        const float s = x[j][q] / p.temperature;
+        const bool candidate = i < end && s > -INFINITY && !(s < cutoff) &&
+                               (!use_min_p || s == scaled_max || expf(s - scaled_max) >= p.min_p);
+        draw |= candidate ? 1u << (4 * j + q) : 0u;
+      }
+    }
+    while (draw != 0) {
+      const int bit = __ffs(draw) - 1;
+      draw &= draw - 1;
+      const int i = begin + ((bit >> 2) * kClusterThreads + threadIdx.x) * 4 + (bit & 3);
+      const float s = row[i] / p.temperature;
+      take(best, s + gumbel(p, i), i);
+    }
+  }
+  best = block_best(best, best_scratch);
+  if (threadIdx.x == 0) block_best_value = best;
+  cluster.sync();
+  if (rank == 0 && warp == 0) {
+    Best b = lane < blocks ? *cluster.map_shared_rank(&block_best_value, lane) : Best{-INFINITY, INT_MAX};
+    b = warp_best(b);
+    if (lane == 0) a.token_ids[r] = b.index == INT_MAX ? 0 : b.index;  // 0: every logit is NaN
+  }
+  cluster.sync();  // block 0 has read every block's shared memory before any block exits
+#else
+  (void)a;
+  (void)slice;
+  __trap();  // launched only on devices with cluster launch (sm_90+)
+#endif
+}
+
+// The exact fallback of the filtered path (the previous design): radix selects over the whole row, every
+// pass a read of the row with contended shared atomics. Taken only when the candidate list overflows or
+// misses the kept set (thousands of tied logits, top_k > 1024, a flat row whose nucleus is huge).
+__device__ void filtered_by_radix_select(const SamplerArgs& a, int r, const RowParams& p, RadixSelectShared& select,
+                                         float* scratch, Best* best_scratch) {
   const float* row = a.logits + static_cast<int64_t>(r) * a.vocab;
   const int vocab = a.vocab;
   const float t = p.temperature;
@@ -257,14 +396,209 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
   if (threadIdx.x == 0) a.token_ids[r] = best.index == INT_MAX ? 0 : best.index;
 }
 
+
+// Rows with top_k / top_p: one block per row, two reads of the row plus work on a short shared list.
+//  1. Largest z, and each thread's two largest keys of tokens with probability (z > -inf).
+//  2. A lower bound on the kept set's keys: with top_k <= 1024, the top_k-th largest thread key (at least
+//     top_k tokens reach it); with top_p alone, z_max - (log(V / (1 - top_p)) + 2) (tokens further down hold
+//     less than 1 - top_p of the mass together). One pass counts min_p's survivors, sums their mass and
+//     appends the survivors at or above the bound to the list; the list is sorted.
+//  3. On the sorted list: top_k is its first k entries, top_p the shortest prefix whose mass reaches
+//     ceil(top_p * total) (masses in 2^-40 fixed point, as the radix path sums them), then the Gumbel argmax.
+// Each step checks that the list really holds what it needs (all of top_k's set, or the whole nucleus);
+// otherwise the row takes filtered_by_radix_select, so the bound is a speed heuristic, never a result.
+__global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const SamplerArgs a) {
+  __shared__ RadixSelectShared select;
+  __shared__ float scratch[32];
+  __shared__ Best best_scratch[32];
+  __shared__ uint64_t candidates[kCandidates];
+  __shared__ unsigned candidate_count, kept_count;
+  __shared__ unsigned long long kept_mass, set_mass;
+  __shared__ int final_count;
+  const int r = blockIdx.x;
+  const RowParams p = row_params(a, r);
+  if (!needs_filtered_path(p, a.vocab)) return;
+  const float* row = a.logits + static_cast<int64_t>(r) * a.vocab;
+  const int vocab = a.vocab;
+  const float t = p.temperature;
+  const unsigned lane = threadIdx.x & 31u;
+
+  // Pass 1.
+  float m = -INFINITY;
+  TopTwoKeys tops;
+  for (int base = threadIdx.x; base < vocab; base += kUnroll * kRowThreads) {
+    float x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kRowThreads;
+      x[u] = i < vocab ? row[i] : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kRowThreads;
+      m = fmaxf(m, x[u]);
+      const float s = x[u] / t;
+      if (i < vocab && s > -INFINITY) tops.add(order_key(s, i));
+    }
+  }
+  // max(x) / t == max(x / t): division by t > 0 is monotonic, rounding included.
+  const float scaled_max = block_max(m, scratch) / t;
+  const bool use_min_p = p.min_p > 0.0f;
+  auto min_p_keeps = [&](float s) {
+    return s > -INFINITY && (!use_min_p || s == scaled_max || expf(s - scaled_max) >= p.min_p);
+  };
+  auto mass = [&](float s) { return static_cast<unsigned long long>(expf(s - scaled_max) * kMassScale); };
+
+  // Step 2.
+  uint64_t bound = 0;
+  if (p.top_k > 0 && p.top_k <= 2 * kRowThreads) bound = kth_largest_of_thread_tops(tops, p.top_k, candidates);
+  if (bound == 0 && p.top_p < 1.0f) {
+    const float depth = logf(static_cast<float>(vocab) / fmaxf(1.0f - p.top_p, 1e-30f)) + 2.0f;
+    bound = lowest_key_of_value(scaled_max - depth);
+  }
+  if (threadIdx.x == 0) {
+    candidate_count = 0;
+    kept_count = 0;
+    kept_mass = 0;
+    set_mass = 0;
+    final_count = -1;
+  }
+  __syncthreads();
+  unsigned kept_local = 0;
+  unsigned long long mass_local = 0;
+  for (int base = threadIdx.x & ~31; base < vocab; base += kUnroll * kRowThreads) {
+    float x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kRowThreads + static_cast<int>(lane);
+      x[u] = i < vocab ? row[i] : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kRowThreads + static_cast<int>(lane);
+      const float s = x[u] / t;
+      const bool kept = i < vocab && min_p_keeps(s);
+      uint64_t key = 0;
+      if (kept) {
+        ++kept_local;
+        mass_local += mass(s);
+        key = order_key(s, i);
+      }
+      append_candidate(kept && key >= bound, key, candidates, kCandidates, &candidate_count);
+    }
+  }
+  kept_local = __reduce_add_sync(0xffffffffu, kept_local);
+  mass_local = warp_sum_u64(mass_local);
+  if (lane == 0) {
+    atomicAdd(&kept_count, kept_local);
+    atomicAdd(&kept_mass, mass_local);
+  }
+  __syncthreads();
+  const int count = static_cast<int>(candidate_count);
+  const unsigned kept = kept_count;
+  if (count > kCandidates || kept == 0) {
+    filtered_by_radix_select(a, r, p, select, scratch, best_scratch);
+    return;
+  }
+  sort_candidates(candidates, count);
+
+  // Step 3. The list is the `count` largest survivors, in order.
+  const bool top_k_cuts = p.top_k > 0 && static_cast<unsigned>(p.top_k) < kept;
+  const int set_size = top_k_cuts ? p.top_k : static_cast<int>(kept);  // after min_p and top_k
+  int usable;               // how many list entries belong to that set
+  unsigned long long total;  // the set's mass
+  if (count >= set_size) {
+    usable = set_size;
+    unsigned long long local = 0;
+    for (int j = threadIdx.x; j < usable; j += kRowThreads) local += mass(value_of_key(candidates[j]));
+    local = warp_sum_u64(local);
+    if (lane == 0) atomicAdd(&set_mass, local);
+    __syncthreads();
+    total = top_k_cuts ? set_mass : kept_mass;
+  } else if (!top_k_cuts && p.top_p < 1.0f) {
+    usable = count;  // the nucleus must end inside the list
+    total = kept_mass;
+  } else {
+    filtered_by_radix_select(a, r, p, select, scratch, best_scratch);
+    return;
+  }
+  int keep = usable;
+  if (p.top_p < 1.0f) {
+    unsigned long long goal =
+        static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(total)));
+    if (goal < 1) goal = 1;
+    if (goal > total) goal = total;
+    if (threadIdx.x < 32) {  // one warp walks the prefix sums
+      unsigned long long cumulative = 0;
+      int found = -1;
+      for (int base = 0; base < usable && found < 0; base += 32) {
+        const int j = base + static_cast<int>(lane);
+        const unsigned long long w = j < usable ? mass(value_of_key(candidates[j])) : 0ull;
+        unsigned long long inclusive = w;
+#pragma unroll
+        for (int offset = 1; offset < 32; offset <<= 1) {
+          const unsigned long long up = __shfl_up_sync(0xffffffffu, inclusive, offset);
+          if (lane >= static_cast<unsigned>(offset)) inclusive += up;
+        }
+        const unsigned hit = __ballot_sync(0xffffffffu, j < usable && cumulative + inclusive >= goal);
+        if (hit) found = base + __ffs(hit);  // prefix length
+        cumulative += __shfl_sync(0xffffffffu, inclusive, 31);
+      }
+      if (lane == 0) final_count = found;
+    }
+    __syncthreads();
+    keep = final_count;
+    if (keep < 0) {  // the nucleus reaches below the list
+      filtered_by_radix_select(a, r, p, select, scratch, best_scratch);
+      return;
+    }
+  }
+
+  Best best{-INFINITY, INT_MAX};
+  for (int j = threadIdx.x; j < keep; j += kRowThreads) {
+    const uint64_t key = candidates[j];
+    const int i = index_of_key(key);
+    take(best, value_of_key(key) + gumbel(p, i), i);
+  }
+  best = block_best(best, best_scratch);
+  if (threadIdx.x == 0) a.token_ids[r] = best.index;
+}
 }  // namespace
 
 size_t sampler_workspace_bytes(int max_rows, int vocab) {
   return static_cast<size_t>(max_rows) * chunks_for(vocab) * (2 * sizeof(float) + sizeof(int));
 }
 
-void launch_sample(const SamplerArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  if (args.rows == 0) return;
+namespace {
+
+bool device_has_cluster_launch() {
+  int device = 0, supported = 0;
+  NANOVLLM_CUDA_CHECK(cudaGetDevice(&device));
+  NANOVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device));
+  return supported != 0;
+}
+
+void launch_cluster_sample(const SamplerArgs& args, const ClusterPlan& plan, cudaStream_t stream) {
+  if (plan.blocks > 8) {
+    NANOVLLM_CUDA_CHECK(
+        cudaFuncSetAttribute(cluster_sample_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(args.rows), 1);
+  config.blockDim = dim3(kClusterThreads, 1, 1);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(plan.blocks);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  NANOVLLM_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster_sample_kernel, args, plan.slice));
+}
+
+void launch_chunked_sample(const SamplerArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (sampler_workspace_bytes(args.rows, args.vocab) > workspace_bytes) {
     throw EngineError("sample: " + std::to_string(args.rows) + " rows of " + std::to_string(args.vocab) +
                       " logits exceed the sampler workspace reserved (" + std::to_string(workspace_bytes) +
@@ -279,8 +613,31 @@ void launch_sample(const SamplerArgs& args, void* workspace, size_t workspace_by
   NANOVLLM_CHECK_LAUNCH("chunk_best_kernel");
   merge_chunks_kernel<<<args.rows, 32, 0, stream>>>(args, ws, chunks);
   NANOVLLM_CHECK_LAUNCH("merge_chunks_kernel");
+}
+
+}  // namespace
+
+void launch_sample_via(const SamplerArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                       PlainSamplerPath path) {
+  if (args.rows == 0) return;
+  const ClusterPlan plan = plan_cluster(args.vocab);
+  const bool cluster = path == PlainSamplerPath::kCluster ||
+                       (path == PlainSamplerPath::kAuto && plan.blocks > 0 && device_has_cluster_launch());
+  if (cluster) {
+    if (plan.blocks == 0) {
+      throw EngineError("sample: vocab " + std::to_string(args.vocab) + " exceeds the cluster path's " +
+                        std::to_string(kMaxClusterBlocks * kClusterSliceCapacity) + " logits");
+    }
+    launch_cluster_sample(args, plan, stream);
+  } else {
+    launch_chunked_sample(args, workspace, workspace_bytes, stream);
+  }
   filtered_sample_kernel<<<args.rows, kRowThreads, 0, stream>>>(args);
   NANOVLLM_CHECK_LAUNCH("filtered_sample_kernel");
+}
+
+void launch_sample(const SamplerArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  launch_sample_via(args, workspace, workspace_bytes, stream, PlainSamplerPath::kAuto);
 }
 
 }  // namespace nanovllm::cuda

@@ -73,5 +73,47 @@ TEST_F(LogprobsTest, LargeK) { check(5, 1003, 256, false); }
 
 TEST_F(LogprobsTest, ManyRows) { check(600, 4099, 5, false); }
 
+TEST_F(LogprobsTest, RowCounts) {
+  for (int rows : {1, 3, 64, 257, 512}) check(rows, 151936, 20, true);
+}
+
+// Odd vocabularies, k equal to the vocabulary, k at the maximum.
+TEST_F(LogprobsTest, OddShapes) {
+  check(4, 7, 7, false);
+  check(3, 151937, 256, true);
+  check(2, 1, 1, false);
+  check(5, 2053, 20, true);
+}
+
+// Thousands of equal logits overflow the candidate list: the radix-select fallback must rank them by id.
+// Masked (-inf) logits never appear above real ones.
+TEST_F(LogprobsTest, TiesAndMaskedTokens) {
+  const int64_t vocab = 151936;
+  const int rows = 3, k = 20;
+  std::vector<float> logits(rows * vocab);
+  for (int64_t i = 0; i < vocab; ++i) {
+    logits[i] = 1.0f;                                                          // row 0: all tied
+    logits[vocab + i] = static_cast<float>(i % 3);                             // row 1: three values
+    logits[2 * vocab + i] = i % 1000 == 7 ? static_cast<float>(i % 13) : -INFINITY;  // row 2: mostly masked
+  }
+  std::vector<int32_t> targets = {5, 2, 7};
+  Tensor g_target = gpu_empty(DType::F32, {rows}), g_ids = gpu_empty(DType::I32, {rows, k}),
+         g_top = gpu_empty(DType::F32, {rows, k});
+  gpu().logprobs(gpu_raw(logits, DType::F32, {rows, vocab}), gpu_raw(targets, DType::I32, {rows}), k, g_target,
+                 g_ids, g_top);
+  Tensor c_target = cpu_empty(DType::F32, {rows}), c_ids = cpu_empty(DType::I32, {rows, k}),
+         c_top = cpu_empty(DType::F32, {rows, k});
+  cpu().logprobs(cpu_raw(logits, DType::F32, {rows, vocab}), cpu_raw(targets, DType::I32, {rows}), k, c_target,
+                 c_ids, c_top);
+  const auto gi = read_gpu_i32(g_ids);
+  EXPECT_EQ(gi, std::vector<int32_t>(c_ids.as<int32_t>(), c_ids.as<int32_t>() + rows * k));
+  for (int j = 0; j < k; ++j) EXPECT_EQ(gi[j], j) << "all tied: ids in order";
+  for (int j = 0; j < k; ++j) EXPECT_EQ(gi[k + j], 2 + 3 * j) << "three values: the 2s in id order";
+  const auto gl = read_gpu(g_top), cl = read_cpu(c_top);
+  for (size_t i = 0; i < gl.size(); ++i) EXPECT_NEAR(gl[i], cl[i], 1e-3) << "entry " << i;
+  const auto gt = read_gpu(g_target), ct = read_cpu(c_target);
+  for (int r = 0; r < rows; ++r) EXPECT_NEAR(gt[r], ct[r], 1e-3) << "row " << r;
+}
+
 }  // namespace
 }  // namespace nanovllm::test

@@ -1,8 +1,12 @@
 // The GPU sampler against the CPU sampler (the same steps, see backend.h and cpu/sampler.cpp) and against
-// the distribution it must draw from.
+// the distribution it must draw from. The plain rows (greedy / temperature / min_p) have two GPU paths
+// (one-pass clusters on sm_90, the chunked path elsewhere): both are run and must agree exactly. The filtered
+// rows (top_k / top_p) work on a short candidate list with an exact radix-select fallback: rows that
+// overflow the list (ties, top_k > 1024, flat rows with a huge nucleus) are tested too.
 #include <algorithm>
 #include <map>
 
+#include "backend/cuda/sampler_paths.cuh"
 #include "tests/cuda/ops/sampler_test_support.h"
 
 namespace nanovllm::test {
@@ -243,6 +247,198 @@ TEST_F(SamplerTest, EmpiricalDistributionMatchesFilteredSoftmax) {
     int mismatches = 0;
     for (int i = 0; i < rows; ++i) mismatches += got[i] != want[i];
     EXPECT_LE(mismatches, 2) << f.name;
+  }
+}
+
+
+// --- many rows, both plain paths, the filtered path's fallbacks ---
+
+std::vector<int32_t> sample_via(SamplerTest& t, CudaBackend& gpu, const Tensor& logits, const SamplerInputs& in,
+                                Tensor& ids, Buffer& workspace, cuda::PlainSamplerPath path) {
+  cuda::SamplerArgs args;
+  args.logits = logits.as<const float>();
+  args.temperature = in.temperature.as<const float>();
+  args.top_k = in.top_k.as<const int>();
+  args.top_p = in.top_p.as<const float>();
+  args.min_p = in.min_p.as<const float>();
+  args.seed = in.seed.as<const int64_t>();
+  args.step = in.step.as<const int>();
+  args.token_ids = ids.as<int>();
+  args.rows = static_cast<int>(logits.dim(0));
+  args.vocab = static_cast<int>(logits.dim(1));
+  cuda::launch_sample_via(args, workspace.data(), workspace.bytes(), gpu.stream(), path);
+  gpu.synchronize();
+  std::vector<int32_t> out(static_cast<size_t>(args.rows));
+  gpu.download(ids.data, out.data(), out.size() * sizeof(int32_t));
+  (void)t;
+  return out;
+}
+
+// Plain rows only: temperature (0.6, as the throughput benchmark), min_p, greedy, hot temperature.
+SamplerRows plain_rows(int rows, int32_t step_base) {
+  SamplerRows r;
+  for (int i = 0; i < rows; ++i) {
+    switch (i % 4) {
+      case 0: r.add(0.6f, -1, 1.0f, 0.0f, 7000 + i, step_base + i); break;
+      case 1: r.add(1.0f, 0, 1.0f, 0.05f, 7000 + i, step_base + i); break;
+      case 2: r.add(0.0f, -1, 1.0f, 0.0f, 7000 + i, step_base + i); break;
+      default: r.add(1.7f, -1, 1.0f, 0.0f, 7000 + i, step_base + i); break;
+    }
+  }
+  return r;
+}
+
+class PlainPaths : public SamplerTest {
+ protected:
+  // Both paths on the same inputs: identical tokens; and the CPU's within `cpu_mismatches`.
+  void expect_paths_agree(const std::vector<float>& logits, int64_t vocab, const SamplerRows& r,
+                          int cpu_mismatches, const std::string& what) {
+    const int64_t rows = r.rows();
+    const Tensor g_logits = gpu_raw(logits, DType::F32, {rows, vocab});
+    const SamplerInputs in = gpu_inputs(r);
+    Tensor ids = gpu_empty(DType::I32, {rows});
+    Buffer workspace = gpu().allocate(cuda::sampler_workspace_bytes(static_cast<int>(rows), static_cast<int>(vocab)));
+    const auto chunked = sample_via(*this, gpu(), g_logits, in, ids, workspace, cuda::PlainSamplerPath::kChunked);
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu().device_index());
+    if (major >= 9 && vocab <= 163840) {
+      const auto clustered = sample_via(*this, gpu(), g_logits, in, ids, workspace, cuda::PlainSamplerPath::kCluster);
+      EXPECT_EQ(clustered, chunked) << what << ": the cluster and chunked paths disagree";
+    }
+    const auto automatic = sample_gpu(logits, vocab, r);
+    EXPECT_EQ(automatic, chunked) << what;
+    const auto want = sample_cpu(logits, vocab, r);
+    int mismatches = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      if (automatic[i] != want[i]) {
+        ++mismatches;
+        std::printf("%s row %ld: gpu %d cpu %d\n", what.c_str(), static_cast<long>(i), automatic[i], want[i]);
+      }
+    }
+    EXPECT_LE(mismatches, cpu_mismatches) << what;
+    for (int64_t i = 0; i < rows; ++i) {
+      ASSERT_TRUE(automatic[i] >= 0 && automatic[i] < vocab) << what << " row " << i;
+    }
+  }
+};
+
+TEST_F(PlainPaths, ManyRowsFullVocab) {
+  const int64_t vocab = 151936;
+  for (int rows : {1, 3, 64, 257, 512}) {
+    // Peaked rows (a real model's shape: most noise pruned) for the larger counts keep the CPU side quick.
+    auto logits = random_logits(rows, vocab, rows > 64 ? 1.5f : 3.0f);
+    if (rows > 64) {
+      for (int r = 0; r < rows; ++r) {
+        for (int j = 0; j < 8; ++j) logits[r * vocab + rng_() % vocab] += 10.0f + 2.0f * j;
+      }
+    }
+    expect_paths_agree(logits, vocab, plain_rows(rows, rows), 1, "rows " + std::to_string(rows));
+  }
+}
+
+// Vocabularies that do not split into float4 (scalar loads), that fill a cluster exactly, that exceed it
+// (auto takes the chunked path) and tiny ones (a one-block cluster with idle threads).
+TEST_F(PlainPaths, OddVocabularies) {
+  for (int64_t vocab : {int64_t{8}, int64_t{1003}, int64_t{8193}, int64_t{151937}, int64_t{163840}, int64_t{170001}}) {
+    const int rows = 9;
+    auto logits = random_logits(rows, vocab, 2.0f);
+    // Row 2 (greedy): a tie for the maximum in different blocks; the lower index wins.
+    const float top = *std::max_element(logits.begin() + 2 * vocab, logits.begin() + 3 * vocab) + 1.0f;
+    logits[2 * vocab + vocab - 1] = top;
+    logits[2 * vocab + vocab / 3] = top;
+    // Row 5: every logit masked but two.
+    std::fill(logits.begin() + 5 * vocab, logits.begin() + 6 * vocab, -INFINITY);
+    logits[5 * vocab + vocab - 1] = 0.5f;
+    logits[5 * vocab + vocab / 2] = 0.25f;
+    // Row 6: all NaN but one; NaN never wins.
+    std::fill(logits.begin() + 6 * vocab, logits.begin() + 7 * vocab, NAN);
+    logits[6 * vocab + vocab / 4] = -1.0f;
+    const SamplerRows r = plain_rows(rows, 40);
+    expect_paths_agree(logits, vocab, r, 1, "vocab " + std::to_string(vocab));
+    const auto got = sample_gpu(logits, vocab, r);
+    EXPECT_EQ(got[2], vocab / 3) << "vocab " << vocab;
+    EXPECT_TRUE(got[5] == vocab - 1 || got[5] == vocab / 2) << "vocab " << vocab;
+    EXPECT_EQ(got[6], vocab / 4) << "vocab " << vocab;
+  }
+}
+
+// Rows with nothing kept under sampling (z = -inf everywhere) fall back to greedy on both paths.
+TEST_F(PlainPaths, NothingKeptFallsBackToGreedy) {
+  const int64_t vocab = 151936;
+  const int rows = 3;
+  std::vector<float> logits(rows * vocab, -3e38f);
+  logits[17] = -2e38f;
+  logits[vocab + vocab - 2] = -1e38f;
+  std::fill(logits.begin() + 2 * vocab, logits.end(), -INFINITY);
+  SamplerRows r;
+  for (int i = 0; i < rows; ++i) r.add(0.01f, -1, 1.0f, 0.1f * i, 5, i);
+  expect_paths_agree(logits, vocab, r, 0, "nothing kept");
+  const auto got = sample_gpu(logits, vocab, r);
+  EXPECT_EQ(got[0], 17);
+  EXPECT_EQ(got[1], vocab - 2);
+  EXPECT_EQ(got[2], 0);
+}
+
+SamplerRows filtered_rows(int rows, int32_t step_base) {
+  SamplerRows r;
+  // top_k around the candidate list's limits (1024 thread keys), top_p alone and combined, with min_p.
+  const int top_ks[] = {1, 20, 50, 1000, 1024, 1025, 5000, -1};
+  const float top_ps[] = {1.0f, 0.9f, 1.0f, 0.95f, 1.0f, 0.8f, 0.99f, 0.9f};
+  for (int i = 0; i < rows; ++i) {
+    const float t = i % 3 == 0 ? 0.6f : 1.1f;
+    r.add(t, top_ks[i % 8], top_ps[i % 8], i % 5 == 4 ? 0.01f : 0.0f, 3000 + i, step_base + i);
+  }
+  return r;
+}
+
+TEST_F(SamplerTest, FilteredManyRowsMatchCpu) {
+  const int64_t vocab = 151936;
+  for (int rows : {1, 3, 64}) {
+    const auto logits = random_logits(rows, vocab, 2.5f);
+    const SamplerRows r = filtered_rows(rows, 1);
+    const auto got = sample_gpu(logits, vocab, r);
+    const auto want = sample_cpu(logits, vocab, r);
+    int mismatches = 0;
+    for (int i = 0; i < rows; ++i) {
+      if (got[i] != want[i]) {
+        ++mismatches;
+        std::printf("rows %d row %d: gpu %d cpu %d\n", rows, i, got[i], want[i]);
+      }
+    }
+    EXPECT_LE(mismatches, 1) << "rows " << rows;
+  }
+}
+
+// Thousands of tied logits overflow the candidate list: the radix-select fallback must give the CPU's
+// answer (ties at the top_k threshold go to the lower index, so the kept set is exact).
+TEST_F(SamplerTest, FilteredTiesTakeTheFallback) {
+  const int64_t vocab = 151936;
+  const int rows = 8;
+  std::vector<float> logits(rows * vocab);
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < vocab; ++i) logits[r * vocab + i] = static_cast<float>(i % 4);  // 4 values
+  }
+  SamplerRows rs;
+  const int top_ks[] = {5, 300, 40000, -1, 7, 1024, 1, 50};
+  const float top_ps[] = {1.0f, 0.9f, 1.0f, 0.3f, 0.5f, 1.0f, 0.9f, 0.999f};
+  for (int i = 0; i < rows; ++i) rs.add(1.0f, top_ks[i], top_ps[i], 0.0f, 50 + i, i);
+  const auto got = sample_gpu(logits, vocab, rs);
+  EXPECT_EQ(got, sample_cpu(logits, vocab, rs));
+  // top_k 5 among ties: the five lowest indices of value 3.
+  EXPECT_TRUE(got[0] % 4 == 3 && got[0] < 20) << got[0];
+  EXPECT_EQ(got[6], 3);  // top_k 1: the lowest index of the largest value
+}
+
+TEST_F(SamplerTest, FilteredSmallVocabManyRows) {
+  for (int64_t vocab : {int64_t{6}, int64_t{1003}, int64_t{4097}}) {
+    const int rows = 257;
+    const auto logits = random_logits(rows, vocab, 2.0f);
+    const SamplerRows r = filtered_rows(rows, 9);
+    const auto got = sample_gpu(logits, vocab, r);
+    const auto want = sample_cpu(logits, vocab, r);
+    int mismatches = 0;
+    for (int i = 0; i < rows; ++i) mismatches += got[i] != want[i];
+    EXPECT_LE(mismatches, 1) << "vocab " << vocab;
   }
 }
 
