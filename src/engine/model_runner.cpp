@@ -121,13 +121,7 @@ void ModelRunner::warmup() {
       meta_->block_tables()[s * blocks_per_seq + b] = (s * blocks_per_seq + b) % num_kvcache_blocks_;
   }
   meta_->upload(num_seqs);
-  StepTensors step;
-  step.num_tokens = t;
-  step.input_ids = meta_->input_ids_tensor(t);
-  step.positions = meta_->positions_tensor(t);
-  step.slot_mapping = meta_->slot_mapping_tensor(t);
-  step.attention = meta_->attention(num_seqs, len, len, bs, false);
-  model_->forward(step, kv_cache_);
+  model_->forward(step_tensors(t, num_seqs, len, len, false), kv_cache_);
   backend_->synchronize();
 }
 
@@ -146,13 +140,14 @@ void ModelRunner::pad_decode_rows(int from, int to) {
   }
 }
 
-StepTensors ModelRunner::decode_step(int num_seqs, int max_seqlen_k) const {
+StepTensors ModelRunner::step_tensors(int num_tokens, int num_seqs, int max_seqlen_q, int max_seqlen_k,
+                                      bool decode_only) const {
   StepTensors step;
-  step.num_tokens = num_seqs;
-  step.input_ids = meta_->input_ids_tensor(num_seqs);
-  step.positions = meta_->positions_tensor(num_seqs);
-  step.slot_mapping = meta_->slot_mapping_tensor(num_seqs);
-  step.attention = meta_->attention(num_seqs, 1, max_seqlen_k, config_.kvcache_block_size, true);
+  step.num_tokens = num_tokens;
+  step.input_ids = meta_->input_ids_tensor(num_tokens);
+  step.positions = meta_->positions_tensor(num_tokens);
+  step.slot_mapping = meta_->slot_mapping_tensor(num_tokens);
+  step.attention = meta_->attention(num_seqs, max_seqlen_q, max_seqlen_k, config_.kvcache_block_size, decode_only);
   return step;
 }
 
@@ -171,7 +166,7 @@ void ModelRunner::capture_graphs() {
   meta_->upload(max_bs);
   const int V = model_config_.vocab_size;
   graphs_ = capture_decode_graphs(*backend_, buckets, [this, V](int b) {
-    model_->forward(decode_step(b, config_.max_model_len), kv_cache_);
+    model_->forward(step_tensors(b, b, 1, config_.max_model_len, true), kv_cache_);
     Tensor logits = logits_buf_.view(DType::F32, {b, V});
     model_->logits(meta_->logits_rows_tensor(b), logits);
   });
@@ -237,13 +232,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
     graphs_->replay(bucket);
   } else {
     meta_->upload(num_seqs);
-    StepTensors step;
-    step.num_tokens = t;
-    step.input_ids = meta_->input_ids_tensor(t);
-    step.positions = meta_->positions_tensor(t);
-    step.slot_mapping = meta_->slot_mapping_tensor(t);
-    step.attention = meta_->attention(num_seqs, max_q, max_k, bs, decode_only);
-    model_->forward(step, kv_cache_);
+    model_->forward(step_tensors(t, num_seqs, max_q, max_k, decode_only), kv_cache_);
   }
 
   StepOutput out;

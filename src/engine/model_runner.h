@@ -48,7 +48,8 @@ class ModelRunner {
   void capture_graphs();
   // Fills rows [from, to) of the step metadata as inert decode sequences (no cache write, one key).
   void pad_decode_rows(int from, int to);
-  StepTensors decode_step(int num_seqs, int max_seqlen_k) const;
+  // Device views of the step metadata for a step of this shape.
+  StepTensors step_tensors(int num_tokens, int num_seqs, int max_seqlen_q, int max_seqlen_k, bool decode_only) const;
   size_t kv_block_bytes() const;
   // Token rows' logits in chunks of max_logits_rows, then their logprobs against `targets`.
   void score_rows(const std::vector<int32_t>& rows, const std::vector<int32_t>& targets, int k,
