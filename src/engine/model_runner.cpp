@@ -100,7 +100,6 @@ void ModelRunner::allocate_kv_cache() {
 // before the first request; the CPU needs none.
 void ModelRunner::warmup() {
   if (!device_memory(*backend_)) return;
-  const int bs = config_.kvcache_block_size;
   const int T = config_.max_num_batched_tokens;
   const int len = std::min(T, config_.max_model_len);
   const int num_seqs = std::min(ceil_div(T, len), config_.max_num_seqs);
