@@ -3,7 +3,7 @@
 # with .carry/ prepared by tools/device/prepare_carry.sh. Results: $OUT/suite.tgz (fixtures, logs) and a
 # summary printed last.
 #   1. HF transformers fp32 fixtures for the golden checkpoints and a Qwen3-0.6B-shaped random model
-#   2. HF tokenizers fixtures and encode speed (tokenizer parity)
+#   2. HF tokenizers fixtures, and HF vs our encode speed on the same machine (tokenizer parity and bench)
 #   3. GPU unit tests, compute-sanitizer, op benchmarks (tests/cuda/run_on_device.sh)
 #   4. the engine on the GPU against the fixtures of step 1 (test_cuda_golden)
 #   5. nanovllm bench: nano-vLLM's workload, --latency, --prefill (dummy Qwen3-0.6B)
@@ -35,8 +35,9 @@ if [[ " $STEPS " == *" 1 "* ]]; then
     --new-tokens 48 --prompt-logprobs-k 5
 fi
 if [[ " $STEPS " == *" 2 "* ]]; then
-  step hf_tokenizer 100 python3 tools/hf_tokenizer_reference.py --tokenizer-dir "$C/qwen3-tokenizer" \
-    --out "$W/fixtures/tokenizer"
+  TOKENIZERS_PARALLELISM=false step hf_tokenizer 100 python3 tools/hf_tokenizer_reference.py \
+    --tokenizer-dir "$C/qwen3-tokenizer" --out "$W/fixtures/tokenizer"
+  step our_tokenizer 60 "$C/bin/bench_tokenizer" "$C/qwen3-tokenizer" tools/tokenizer_corpus 5  # same text, same CPU
 fi
 if [[ " $STEPS " == *" 3 "* ]]; then
   OUT="$W/logs/cuda" step cuda_tests 240 tests/cuda/run_on_device.sh "$C/build"

@@ -13,6 +13,7 @@ for t in tests/cuda/ops/test_cuda_ops tests/cuda/ops/bench_cuda_ops tests/cuda/a
 done
 strip -o "$C/bin/nanovllm" "$build/apps/nanovllm/nanovllm"
 strip -o "$C/bin/nanovllm-make-checkpoint" "$build/tools/make_checkpoint/nanovllm-make-checkpoint"
+strip -o "$C/bin/bench_tokenizer" "$build/tests/tokenizer/bench_tokenizer"
 bash tests/golden/make_checkpoints.sh "$C/bin/nanovllm-make-checkpoint" "$C/golden" >/dev/null
 cp -r third_party_data/qwen3-tokenizer "$C/"
 cp ../shared/models/Qwen3-0.6B.config.json "$C/"
