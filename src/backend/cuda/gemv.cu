@@ -30,13 +30,25 @@ __device__ __forceinline__ uint4 load_weight_or_zero(const __nv_bfloat16* p, boo
   return v;
 }
 
+// volatile + "memory": x is written by the previous kernel, so these loads must stay after
+// wait_for_previous_grid() (the W loads may move freely).
 __device__ __forceinline__ uint4 load_activation_or_zero(const __nv_bfloat16* p, bool pred) {
   uint4 v;
-  asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\t"
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\t"
       "mov.b32 %3, 0;\n\t@p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(static_cast<int>(pred)));
+      : "l"(p), "r"(static_cast<int>(pred))
+      : "memory");
   return v;
+}
+
+// Programmatic dependent launch: when the GEMV is launched with overlap_previous_kernel, it may start while
+// the previous kernel of the stream is still running; this waits for that kernel's completion and memory.
+// Without the launch attribute it returns at once. Only weight loads (constant) are issued before it.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 // c[4] += A (16 × 16 bf16, row-major fragments a0..a3) · B (16 × 8 bf16, column fragments b0, b1).
@@ -94,6 +106,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       const bool live = kk < k;  // k % 8 == 0: a lane's 8-wide chunk is all in or all out
 #pragma unroll
       for (int r = 0; r < kRowGroups; ++r) wv[u][r] = load_weight_or_zero(w_row[r] + kk, live);
+    }
+    if (round == 0) wait_for_previous_grid();  // everything below may read the previous kernel's output
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int kk = (round + warp * kUnroll + u) * kStepK + 8 * c;
+      const bool live = kk < k;
 #pragma unroll
       for (int h = 0; h < kTokenHalves; ++h) xv[u][h] = load_activation_or_zero(x_row[h] + kk, live && x_live[h]);
     }
@@ -136,31 +154,46 @@ int row_groups_for(int tokens, int n, int sm_count) {
   return groups;
 }
 
+struct LaunchOptions {
+  int row_groups;
+  bool overlap_previous_kernel;
+};
+
 template <int kTokenHalves, int kRowGroups, typename OutT>
-void launch(const GemvArgs& a, cudaStream_t stream) {
+void launch(const GemvArgs& a, bool overlap_previous_kernel, cudaStream_t stream) {
   constexpr int kUnroll = std::max(2, kWeightLoadsPerLane / kRowGroups);
   const int steps = (a.k + kStepK - 1) / kStepK;
   const int warps = std::clamp((steps + kUnroll - 1) / kUnroll, 1, kMaxWarps);
   const int rows_per_cta = kRowsPerGroup * kRowGroups;
-  const int blocks = (a.n + rows_per_cta - 1) / rows_per_cta;
-  gemv_kernel<kTokenHalves, kRowGroups, OutT><<<blocks, warps * 32, 0, stream>>>(
-      a.x, a.weight, a.bias, static_cast<OutT*>(a.out), a.tokens, a.n, a.k);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>((a.n + rows_per_cta - 1) / rows_per_cta));
+  config.blockDim = dim3(static_cast<unsigned>(warps * 32));
+  config.stream = stream;
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  if (overlap_previous_kernel) {
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+  }
+  NANOVLLM_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kTokenHalves, kRowGroups, OutT>, a.x, a.weight, a.bias,
+                                         static_cast<OutT*>(a.out), a.tokens, a.n, a.k));
   NANOVLLM_CHECK_LAUNCH("gemv_kernel");
 }
 
 template <int kTokenHalves, typename OutT>
-void launch_with_groups(const GemvArgs& a, int groups, cudaStream_t stream) {
-  switch (groups) {
-    case 1: return launch<kTokenHalves, 1, OutT>(a, stream);
-    case 2: return launch<kTokenHalves, 2, OutT>(a, stream);
-    default: return launch<kTokenHalves, 4, OutT>(a, stream);
+void launch_with_groups(const GemvArgs& a, LaunchOptions o, cudaStream_t stream) {
+  switch (o.row_groups) {
+    case 1: return launch<kTokenHalves, 1, OutT>(a, o.overlap_previous_kernel, stream);
+    case 2: return launch<kTokenHalves, 2, OutT>(a, o.overlap_previous_kernel, stream);
+    default: return launch<kTokenHalves, 4, OutT>(a, o.overlap_previous_kernel, stream);
   }
 }
 
 template <typename OutT>
-void launch_with_out(const GemvArgs& a, int groups, cudaStream_t stream) {
-  if (a.tokens <= 8) return launch_with_groups<1, OutT>(a, groups, stream);
-  return launch_with_groups<2, OutT>(a, groups, stream);
+void launch_with_out(const GemvArgs& a, LaunchOptions o, cudaStream_t stream) {
+  if (a.tokens <= 8) return launch_with_groups<1, OutT>(a, o, stream);
+  return launch_with_groups<2, OutT>(a, o, stream);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -173,15 +206,15 @@ bool gemv_supports(const GemvArgs& a) {
          (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32);
 }
 
-void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
+void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream, bool overlap_previous_kernel) {
   if (!gemv_supports(a)) {
     throw InvalidInput("gemv: unsupported call tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) +
                        " k=" + std::to_string(a.k) + " (needs 1 <= tokens <= " + std::to_string(kGemvMaxTokens) +
                        ", k % 8 == 0, 16-byte aligned x and weight, BF16 or F32 out)");
   }
-  const int groups = row_groups_for(a.tokens, a.n, std::max(sm_count, 1));
-  if (a.out_dtype == DType::F32) return launch_with_out<float>(a, groups, stream);
-  launch_with_out<__nv_bfloat16>(a, groups, stream);
+  const LaunchOptions options{row_groups_for(a.tokens, a.n, std::max(sm_count, 1)), overlap_previous_kernel};
+  if (a.out_dtype == DType::F32) return launch_with_out<float>(a, options, stream);
+  launch_with_out<__nv_bfloat16>(a, options, stream);
 }
 
 }  // namespace nanovllm::cuda

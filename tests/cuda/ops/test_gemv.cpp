@@ -122,6 +122,40 @@ TEST_F(GemvTest, GemmRoutesSmallMAndAgreesWithCublasLt) {
   }
 }
 
+// A GEMV launched with overlap_previous_kernel (programmatic dependent launch) reads x only after the
+// previous kernel is done: chain y = x W1^T, z = y W2^T with the second launch overlapped, eagerly and as a
+// replayed graph (y is re-poisoned before each run, so reading it early gives NaN or stale values).
+TEST_F(GemvTest, OverlappedLaunchReadsThePreviousKernelsOutput) {
+  const int t = 3, k1 = 1024, n1 = 3072, n2 = 1024;
+  const auto x = random_bf16_values(rng_, int64_t{t} * k1);
+  const auto w1 = random_bf16_values(rng_, int64_t{n1} * k1, 0.1f);
+  const auto w2 = random_bf16_values(rng_, int64_t{n2} * n1, 0.1f);
+  const Tensor gx = gpu_bf16(x, {t, k1}), gw1 = gpu_bf16(w1, {n1, k1}), gw2 = gpu_bf16(w2, {n2, n1});
+  Tensor y = gpu_empty(DType::BF16, {t, n1});
+  Tensor z = gpu_empty(DType::F32, {t, n2});
+  const int sms = sm_count();
+  auto chain = [&] {
+    cuda::launch_gemv({gx.as<__nv_bfloat16>(), gw1.as<__nv_bfloat16>(), nullptr, y.data, DType::BF16, t, n1, k1}, sms,
+                      gpu().stream());
+    cuda::launch_gemv({y.as<__nv_bfloat16>(), gw2.as<__nv_bfloat16>(), nullptr, z.data, DType::F32, t, n2, n1}, sms,
+                      gpu().stream(), /*overlap_previous_kernel=*/true);
+  };
+  const std::vector<unsigned char> poison_y(y.bytes(), 0xFF), poison_z(z.bytes(), 0xFF);
+  chain();
+  const auto y_values = read_gpu(y);
+  Tensor want = cpu_empty(DType::F32, {t, n2});
+  cpu().linear(cpu_f32(y_values, {t, n1}), cpu_f32(w2, {n2, n1}), Tensor(), want);
+  const auto reference = read_cpu(want);
+  expect_rel_l2(read_gpu(z), reference, 1e-4, "overlapped GEMV, eager");
+  CudaGraph graph = gpu().capture(chain);
+  for (int replay = 0; replay < 20 && !HasFailure(); ++replay) {
+    gpu().upload(poison_y.data(), y.data, y.bytes());
+    gpu().upload(poison_z.data(), z.data, z.bytes());
+    gpu().replay(graph);
+    expect_rel_l2(read_gpu(z), reference, 1e-4, "overlapped GEMV, graph replay " + std::to_string(replay));
+  }
+}
+
 // Through CudaBackend::linear (the path the model runner takes) at a decode batch.
 TEST_F(GemvTest, BackendLinearAtDecodeBatch) {
   const int t = 4, n = 4096, k = 1024;
