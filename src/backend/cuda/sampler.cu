@@ -400,8 +400,9 @@ __device__ void filtered_by_radix_select(const SamplerArgs& a, int r, const RowP
 // Rows with top_k / top_p: one block per row, two reads of the row plus work on a short shared list.
 //  1. Largest z, and each thread's two largest keys of tokens with probability (z > -inf).
 //  2. A lower bound on the kept set's keys: with top_k <= 1024, the top_k-th largest thread key (at least
-//     top_k tokens reach it); with top_p alone, z_max - (log(V / (1 - top_p)) + 2) (tokens further down hold
-//     less than 1 - top_p of the mass together). One pass counts min_p's survivors, sums their mass and
+//     top_k tokens reach it); with top_p alone, the first sorted thread key whose prefix of thread keys holds
+//     top_p of an over-estimate of the total mass (pass 1 sums it online in fp32), else
+//     z_max - (log(V / (1 - top_p)) + 2) (tokens further down hold less than 1 - top_p of the mass). One pass counts min_p's survivors, sums their mass and
 //     appends the survivors at or above the bound to the list; the list is sorted.
 //  3. On the sorted list: top_k is its first k entries, top_p the shortest prefix whose mass reaches
 //     ceil(top_p * total) (masses in 2^-40 fixed point, as the radix path sums them), then the Gumbel argmax.
@@ -415,6 +416,7 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
   __shared__ unsigned candidate_count, kept_count;
   __shared__ unsigned long long kept_mass, set_mass;
   __shared__ int final_count;
+  __shared__ uint64_t top_p_bound;
   const int r = blockIdx.x;
   const RowParams p = row_params(a, r);
   if (!needs_filtered_path(p, a.vocab)) return;
@@ -423,8 +425,8 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
   const float t = p.temperature;
   const unsigned lane = threadIdx.x & 31u;
 
-  // Pass 1.
-  float m = -INFINITY;
+  // Pass 1 (also a float estimate of the total mass, online per thread, for the top_p bound).
+  float m = -INFINITY, local_top = -INFINITY, local_sum = 0.0f;
   TopTwoKeys tops;
   for (int base = threadIdx.x; base < vocab; base += kUnroll * kRowThreads) {
     float x[kUnroll];
@@ -438,7 +440,15 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
       const int i = base + u * kRowThreads;
       m = fmaxf(m, x[u]);
       const float s = x[u] / t;
-      if (i < vocab && s > -INFINITY) tops.add(order_key(s, i));
+      if (i < vocab && s > -INFINITY) {
+        tops.add(order_key(s, i));
+        if (s > local_top) {
+          local_sum = local_sum * expf(local_top - s) + 1.0f;
+          local_top = s;
+        } else {
+          local_sum += expf(s - local_top);
+        }
+      }
     }
   }
   // max(x) / t == max(x / t): division by t > 0 is monotonic, rounding included.
@@ -448,11 +458,44 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
     return s > -INFINITY && (!use_min_p || s == scaled_max || expf(s - scaled_max) >= p.min_p);
   };
   auto mass = [&](float s) { return static_cast<unsigned long long>(expf(s - scaled_max) * kMassScale); };
+  // Sum of exp(z - z_max) over tokens with probability: an upper bound (with margin for fp32 rounding) of
+  // the mass of any kept set.
+  const float mass_estimate =
+      block_sum(local_top == -INFINITY ? 0.0f : local_sum * expf(local_top - scaled_max), scratch);
 
   // Step 2.
   uint64_t bound = 0;
-  if (p.top_k > 0 && p.top_k <= 2 * kRowThreads) bound = kth_largest_of_thread_tops(tops, p.top_k, candidates);
+  const bool top_k_bound = p.top_k > 0 && p.top_k <= 2 * kRowThreads;
+  if (top_k_bound || p.top_p < 1.0f) {
+    sort_thread_tops(tops, candidates);
+    if (top_k_bound) bound = candidates[p.top_k - 1];
+    if (bound == 0 && p.top_p < 1.0f && threadIdx.x < 32) {
+      // The sorted thread keys are distinct tokens: once the kept ones among the first j hold top_p of the
+      // (over-estimated) total mass, the nucleus ends at or above the j-th.
+      const double goal = static_cast<double>(p.top_p) * static_cast<double>(mass_estimate) * 1.001 * kMassScale;
+      unsigned long long cumulative = 0;
+      uint64_t found = 0;
+      for (int base = 0; base < 2 * kRowThreads && found == 0; base += 32) {
+        const uint64_t key = candidates[base + static_cast<int>(lane)];
+        const float s = value_of_key(key);
+        const unsigned long long w = key != 0 && min_p_keeps(s) ? mass(s) : 0ull;
+        unsigned long long inclusive = w;
+#pragma unroll
+        for (int offset = 1; offset < 32; offset <<= 1) {
+          const unsigned long long up = __shfl_up_sync(0xffffffffu, inclusive, offset);
+          if (lane >= static_cast<unsigned>(offset)) inclusive += up;
+        }
+        const unsigned hit = __ballot_sync(0xffffffffu, key != 0 && static_cast<double>(cumulative + inclusive) >= goal);
+        if (hit) found = __shfl_sync(0xffffffffu, key, __ffs(hit) - 1);
+        cumulative += __shfl_sync(0xffffffffu, inclusive, 31);
+      }
+      if (lane == 0) top_p_bound = found;
+    }
+    __syncthreads();
+    if (bound == 0 && p.top_p < 1.0f) bound = top_p_bound;
+  }
   if (bound == 0 && p.top_p < 1.0f) {
+    // Tokens further than this below the top hold less than 1 - top_p of the mass together.
     const float depth = logf(static_cast<float>(vocab) / fmaxf(1.0f - p.top_p, 1e-30f)) + 2.0f;
     bound = lowest_key_of_value(scaled_max - depth);
   }
@@ -578,10 +621,13 @@ bool device_has_cluster_launch() {
   return supported != 0;
 }
 
-void launch_cluster_sample(const SamplerArgs& args, const ClusterPlan& plan, cudaStream_t stream) {
-  if (plan.blocks > 8) {
-    NANOVLLM_CUDA_CHECK(
-        cudaFuncSetAttribute(cluster_sample_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+// False when the device refuses the cluster launch (e.g. no room for a 16-block cluster): the error is
+// cleared and the caller takes the chunked path.
+bool launch_cluster_sample(const SamplerArgs& args, const ClusterPlan& plan, cudaStream_t stream) {
+  if (plan.blocks > 8 &&
+      cudaFuncSetAttribute(cluster_sample_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
   }
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(args.rows), 1);
@@ -595,7 +641,11 @@ void launch_cluster_sample(const SamplerArgs& args, const ClusterPlan& plan, cud
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  NANOVLLM_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster_sample_kernel, args, plan.slice));
+  if (cudaLaunchKernelEx(&config, cluster_sample_kernel, args, plan.slice) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
 }
 
 void launch_chunked_sample(const SamplerArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
@@ -628,8 +678,9 @@ void launch_sample_via(const SamplerArgs& args, void* workspace, size_t workspac
       throw EngineError("sample: vocab " + std::to_string(args.vocab) + " exceeds the cluster path's " +
                         std::to_string(kMaxClusterBlocks * kClusterSliceCapacity) + " logits");
     }
-    launch_cluster_sample(args, plan, stream);
-  } else {
+  }
+  if (!cluster || !launch_cluster_sample(args, plan, stream)) {
+    if (path == PlainSamplerPath::kCluster) throw EngineError("sample: the device refused the cluster launch");
     launch_chunked_sample(args, workspace, workspace_bytes, stream);
   }
   filtered_sample_kernel<<<args.rows, kRowThreads, 0, stream>>>(args);

@@ -61,13 +61,19 @@ __device__ inline void sort_keys_descending(uint64_t* keys, int n) {
   __syncthreads();
 }
 
-// The k-th largest (1-based, k <= 2 * blockDim.x) of every thread's two largest keys, 0 when fewer than k
-// exist. At least k elements of the row have a key >= the result. Uses keys[0, 2 * blockDim.x) as scratch.
-__device__ inline uint64_t kth_largest_of_thread_tops(const TopTwoKeys& mine, int k, uint64_t* keys) {
+// Sorts every thread's two largest keys, descending, into keys[0, 2 * blockDim.x) (a power of two).
+// Any j of them are j distinct elements of the row.
+__device__ inline void sort_thread_tops(const TopTwoKeys& mine, uint64_t* keys) {
   __syncthreads();  // keys may still be read by the caller's previous use
   keys[2 * threadIdx.x] = mine.first;
   keys[2 * threadIdx.x + 1] = mine.second;
   sort_keys_descending(keys, 2 * blockDim.x);
+}
+
+// The k-th largest (1-based, k <= 2 * blockDim.x) of every thread's two largest keys, 0 when fewer than k
+// exist. At least k elements of the row have a key >= the result. Uses keys[0, 2 * blockDim.x) as scratch.
+__device__ inline uint64_t kth_largest_of_thread_tops(const TopTwoKeys& mine, int k, uint64_t* keys) {
+  sort_thread_tops(mine, keys);
   const uint64_t kth = keys[k - 1];
   __syncthreads();  // every thread has read it before keys is reused
   return kth;
