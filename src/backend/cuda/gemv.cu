@@ -19,8 +19,8 @@ constexpr int kMaxWarps = 16;      // warps of a CTA split K
 constexpr int kWeightLoadsPerLane = 8;  // 16-byte W loads a lane issues before its first mma of a round
 
 // Predicated 16-byte loads (zeros when !pred) in one asm, so the compiler can neither speculate the load
-// nor turn the predicate into a branch. W is streamed (read once: keep it out of L1); x is re-read by every
-// CTA, so it may stay in L1.
+// nor turn the predicate into a branch. W is streamed (read once, never written: the non-coherent path and
+// no L1 allocation).
 __device__ __forceinline__ uint4 load_weight_or_zero(const __nv_bfloat16* p, bool pred) {
   uint4 v;
   asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\t"
@@ -31,11 +31,12 @@ __device__ __forceinline__ uint4 load_weight_or_zero(const __nv_bfloat16* p, boo
 }
 
 // volatile + "memory": x is written by the previous kernel, so these loads must stay after
-// wait_for_previous_grid() (the W loads may move freely).
+// wait_for_previous_grid() (the W loads may move freely). A plain (coherent) ld.global rather than .nc:
+// under a programmatic dependent launch x is written while this grid is already resident.
 __device__ __forceinline__ uint4 load_activation_or_zero(const __nv_bfloat16* p, bool pred) {
   uint4 v;
   asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\t"
-      "mov.b32 %3, 0;\n\t@p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+      "mov.b32 %3, 0;\n\t@p ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"(static_cast<int>(pred))
       : "memory");
