@@ -102,6 +102,9 @@ class Backend {
   // out [R, H] = x[rows[r]].
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
 
+  // logits[rows[i], tokens[i]] = value for every i (rows, tokens I32 [n]): bans tokens before sampling, e.g.
+  // EOS while a request is still under its min_tokens.
+  virtual void set_logits(Tensor& logits, const Tensor& rows, const Tensor& tokens, float value) = 0;
   // Samples one token per row of logits F32 [R, V] into token_ids I32 [R]. Order of filters: temperature,
   // min_p (always keeps the most likely token), top_k, top_p (over the probabilities renormalised across
   // the tokens still kept, keeps the smallest prefix sorted by probability whose mass reaches top_p, at least

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "engine/device_support.h"
 
@@ -46,6 +47,8 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
   target_lp_buf_ = backend_->allocate(R * 4);
   top_ids_buf_ = backend_->allocate(R * K * 4);
   top_lp_buf_ = backend_->allocate(R * K * 4);
+  ban_rows_buf_ = backend_->allocate(R * kBansPerRow * 4);
+  ban_tokens_buf_ = backend_->allocate(R * kBansPerRow * 4);
 
   allocate_kv_cache();
   warmup();
@@ -238,6 +241,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   if (num_samples > 0) {
     Tensor logits = logits_buf_.view(DType::F32, {num_samples, model_config_.vocab_size});
     if (bucket == 0) model_->logits(meta_->logits_rows_tensor(num_samples), logits);
+    ban_early_stops(batch, logits);
     Tensor ids = sampled_buf_.view(DType::I32, {num_samples});
     backend_->sample(logits, meta_->sampler_inputs(num_samples), ids);
     out.sampled.resize(num_samples);
@@ -268,6 +272,35 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
     }
   }
   return out;
+}
+
+void ModelRunner::ban_early_stops(const ScheduledBatch& batch, Tensor& logits) {
+  std::vector<int32_t> rows, tokens;
+  int r = 0;
+  for (const ScheduledSequence& item : batch.items) {
+    if (!item.samples) continue;
+    const Sequence& seq = *item.seq;
+    const SamplingParams& sp = seq.params;
+    if (seq.num_completion_tokens() < sp.min_tokens) {
+      auto ban = [&](int32_t token) {
+        if (token < 0 || token >= model_config_.vocab_size) return;
+        rows.push_back(r);
+        tokens.push_back(token);
+      };
+      if (!sp.ignore_eos)
+        for (int32_t eos : model_config_.eos_token_ids) ban(eos);
+      for (int32_t stop : sp.stop_token_ids) ban(stop);
+    }
+    ++r;
+  }
+  const size_t capacity = static_cast<size_t>(max_logits_rows_) * kBansPerRow;
+  for (size_t begin = 0; begin < rows.size(); begin += capacity) {
+    const int n = static_cast<int>(std::min(capacity, rows.size() - begin));
+    backend_->upload(rows.data() + begin, ban_rows_buf_.data(), n * sizeof(int32_t));
+    backend_->upload(tokens.data() + begin, ban_tokens_buf_.data(), n * sizeof(int32_t));
+    backend_->set_logits(logits, ban_rows_buf_.view(DType::I32, {n}), ban_tokens_buf_.view(DType::I32, {n}),
+                         -std::numeric_limits<float>::infinity());
+  }
 }
 
 void ModelRunner::score_rows(const std::vector<int32_t>& rows, const std::vector<int32_t>& targets, int k,

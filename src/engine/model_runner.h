@@ -69,6 +69,12 @@ class ModelRunner {
 
   // Scratch in backend memory: logits [R, V], sampled ids, logprob outputs, score rows/targets.
   Buffer logits_buf_, sampled_buf_, rows_buf_, targets_buf_, target_lp_buf_, top_ids_buf_, top_lp_buf_;
+  Buffer ban_rows_buf_, ban_tokens_buf_;  // (row, token) pairs masked before sampling
+  static constexpr int kBansPerRow = 8;
+
+  // -inf for EOS and stop tokens of rows whose request has not reached min_tokens (vLLM's semantics: they
+  // cannot be sampled yet).
+  void ban_early_stops(const ScheduledBatch& batch, Tensor& logits);
   std::unique_ptr<DecodeGraphs> graphs_;
 };
 

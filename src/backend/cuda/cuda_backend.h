@@ -47,6 +47,7 @@ class CudaBackend final : public Backend {
                        int num_kv_heads, int head_dim, float scale, Tensor& out) override;
   void silu_and_mul(const Tensor& gate_up, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+  void set_logits(Tensor& logits, const Tensor& rows, const Tensor& tokens, float value) override;
   void sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) override;
   void logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob, Tensor& top_ids,
                 Tensor& top_logprobs) override;

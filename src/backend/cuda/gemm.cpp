@@ -1,5 +1,7 @@
 #include "backend/cuda/gemm.h"
 
+#include <algorithm>
+
 #include <bit>
 #include <string>
 
@@ -71,11 +73,16 @@ cublasLtMatmulAlgo_t Gemm::choose_algo(const Plan& plan, const ShapeKey& key) {
   const cublasStatus_t status = [&] {
     cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                             &workspace_bytes_, sizeof(workspace_bytes_));
-    // Row slices of activations are only guaranteed 16-byte aligned.
-    const uint32_t alignment = 16;
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-      if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(preference, attr, &alignment, sizeof(alignment));
+    // Row slices of activations are only guaranteed 16-byte aligned (K is a multiple of 8). Output rows are
+    // N elements apart, so an odd vocabulary (N % 8 != 0) leaves them only 2- or 4-byte aligned.
+    const uint32_t ab_alignment = 16;
+    const uint32_t row_bytes = static_cast<uint32_t>(key.n) * (key.out == DType::F32 ? 4u : 2u);
+    const uint32_t cd_alignment = std::min<uint32_t>(16u, row_bytes & (~row_bytes + 1u));  // largest power of 2 dividing
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES}) {
+      if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(preference, attr, &ab_alignment, sizeof(ab_alignment));
+    }
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(preference, attr, &cd_alignment, sizeof(cd_alignment));
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
       s = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1, &result,

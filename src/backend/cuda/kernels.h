@@ -46,6 +46,10 @@ void launch_qk_norm_rope_cache(const QkNormRopeCacheArgs& args, cudaStream_t str
 void launch_silu_and_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int num_tokens, int inter,
                          cudaStream_t stream);
 
+// set_logits.cu: logits[rows[i] * vocab + tokens[i]] = value for i < n.
+void launch_set_logits(float* logits, int64_t vocab, const int* rows, const int* tokens, int n, float value,
+                       cudaStream_t stream);
+
 // gather.cu: out[r] = x[rows[r]] for rows of row_bytes bytes each (any dtype).
 void launch_gather_rows(const void* x, const int* rows, void* out, int num_rows, size_t row_bytes,
                         cudaStream_t stream);

@@ -47,6 +47,10 @@ std::vector<LinearCase> linear_cases() {
   for (int m : {1, 17}) cases.push_back({"lm_head", m, 151936, 1024, false, DType::F32});
   cases.push_back({"f32_bias", 5, 264, 1024, true, DType::F32});
   cases.push_back({"small", 2, 8, 8, true, DType::BF16});
+  // An odd vocabulary (the untied golden model's 701): output rows only 2- or 4-byte aligned, through the
+  // GEMV (M <= 16) and through cuBLASLt (M > 16).
+  for (int m : {1, 17, 64}) cases.push_back({"odd_vocab", m, 701, 96, false, DType::F32});
+  cases.push_back({"odd_n_bf16", 33, 701, 96, false, DType::BF16});
   return cases;
 }
 
