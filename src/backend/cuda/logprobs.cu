@@ -20,7 +20,7 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kCandidates = 4096;  // >= 2 * kThreads (the thread-top scratch) and >= kMaxLogprobsK
-constexpr int kUnroll = 4;         // loads in flight per thread in the streaming passes
+constexpr int kUnroll = 4;         // 16-byte loads in flight per thread in the streaming passes
 
 // The exact fallback: radix select of the take-th largest key, then the keys above it ranked.
 __device__ void top_k_by_radix_select(const float* row, int vocab, int k, int take, float lse, int r,
@@ -67,27 +67,17 @@ __global__ void __launch_bounds__(kThreads)
   // Pass 1: online max / sum of exp per thread (merged across the block), and the thread's top two keys.
   float m = -INFINITY, sum = 0.0f;
   TopTwoKeys tops;
-  for (int base = threadIdx.x; base < vocab; base += kUnroll * kThreads) {
-    float x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kThreads;
-      x[u] = i < vocab ? row[i] : 0.0f;
+  for_each_logit<kUnroll>(row, vocab, [&](int i, float x, bool valid) {
+    if (!valid) return;
+    if (k > 0) tops.add(order_key(x, i));
+    if (x == -INFINITY) return;  // masked token: contributes nothing
+    if (x > m) {
+      sum = sum * expf(m - x) + 1.0f;
+      m = x;
+    } else {
+      sum += expf(x - m);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kThreads;
-      if (i >= vocab) continue;
-      if (k > 0) tops.add(order_key(x[u], i));
-      if (x[u] == -INFINITY) continue;  // masked token: contributes nothing
-      if (x[u] > m) {
-        sum = sum * expf(m - x[u]) + 1.0f;
-        m = x[u];
-      } else {
-        sum += expf(x[u] - m);
-      }
-    }
-  }
+  });
   const float row_max = block_max(m, scratch);
   const float total = block_sum(m == -INFINITY ? 0.0f : sum * expf(m - row_max), scratch);
   const float lse = row_max + logf(total);
@@ -108,20 +98,10 @@ __global__ void __launch_bounds__(kThreads)
   const uint64_t bound = kth_largest_of_thread_tops(tops, take, candidates);
   if (threadIdx.x == 0) candidate_count = 0;
   __syncthreads();
-  for (int base = threadIdx.x & ~31; base < vocab; base += kUnroll * kThreads) {
-    float x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kThreads + (threadIdx.x & 31);
-      x[u] = i < vocab ? row[i] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kThreads + (threadIdx.x & 31);
-      const uint64_t key = order_key(x[u], i);
-      append_candidate(i < vocab && key >= bound, key, candidates, kCandidates, &candidate_count);
-    }
-  }
+  for_each_logit<kUnroll>(row, vocab, [&](int i, float x, bool valid) {
+    const uint64_t key = order_key(x, i);
+    append_candidate(valid && key >= bound, key, candidates, kCandidates, &candidate_count);
+  });
   __syncthreads();
   const int count = static_cast<int>(candidate_count);
   if (count > kCandidates) {

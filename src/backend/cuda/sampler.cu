@@ -40,7 +40,7 @@ constexpr int kChunk = 8192;
 constexpr int kChunkThreads = 256;
 constexpr int kRowThreads = 512;
 constexpr int kCandidates = 4096;  // filtered path's shared list; >= 2 * kRowThreads
-constexpr int kUnroll = 4;         // loads in flight per thread in the filtered path's streaming passes
+constexpr int kUnroll = 4;         // 16-byte loads in flight per thread in the filtered path's streaming passes
 constexpr double kMassScale = 1099511627776.0;  // 2^40
 
 struct RowParams {
@@ -428,29 +428,19 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
   // Pass 1 (also a float estimate of the total mass, online per thread, for the top_p bound).
   float m = -INFINITY, local_top = -INFINITY, local_sum = 0.0f;
   TopTwoKeys tops;
-  for (int base = threadIdx.x; base < vocab; base += kUnroll * kRowThreads) {
-    float x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kRowThreads;
-      x[u] = i < vocab ? row[i] : -INFINITY;
+  for_each_logit<kUnroll>(row, vocab, [&](int i, float x, bool valid) {
+    if (!valid) return;
+    m = fmaxf(m, x);
+    const float s = x / t;
+    if (!(s > -INFINITY)) return;
+    tops.add(order_key(s, i));
+    if (s > local_top) {
+      local_sum = local_sum * expf(local_top - s) + 1.0f;
+      local_top = s;
+    } else {
+      local_sum += expf(s - local_top);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kRowThreads;
-      m = fmaxf(m, x[u]);
-      const float s = x[u] / t;
-      if (i < vocab && s > -INFINITY) {
-        tops.add(order_key(s, i));
-        if (s > local_top) {
-          local_sum = local_sum * expf(local_top - s) + 1.0f;
-          local_top = s;
-        } else {
-          local_sum += expf(s - local_top);
-        }
-      }
-    }
-  }
+  });
   // max(x) / t == max(x / t): division by t > 0 is monotonic, rounding included.
   const float scaled_max = block_max(m, scratch) / t;
   const bool use_min_p = p.min_p > 0.0f;
@@ -509,27 +499,17 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
   __syncthreads();
   unsigned kept_local = 0;
   unsigned long long mass_local = 0;
-  for (int base = threadIdx.x & ~31; base < vocab; base += kUnroll * kRowThreads) {
-    float x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kRowThreads + static_cast<int>(lane);
-      x[u] = i < vocab ? row[i] : -INFINITY;
+  for_each_logit<kUnroll>(row, vocab, [&](int i, float x, bool valid) {
+    const float s = x / t;
+    const bool kept = valid && min_p_keeps(s);
+    uint64_t key = 0;
+    if (kept) {
+      ++kept_local;
+      mass_local += mass(s);
+      key = order_key(s, i);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kRowThreads + static_cast<int>(lane);
-      const float s = x[u] / t;
-      const bool kept = i < vocab && min_p_keeps(s);
-      uint64_t key = 0;
-      if (kept) {
-        ++kept_local;
-        mass_local += mass(s);
-        key = order_key(s, i);
-      }
-      append_candidate(kept && key >= bound, key, candidates, kCandidates, &candidate_count);
-    }
-  }
+    append_candidate(kept && key >= bound, key, candidates, kCandidates, &candidate_count);
+  });
   kept_local = __reduce_add_sync(0xffffffffu, kept_local);
   mass_local = warp_sum_u64(mass_local);
   if (lane == 0) {

@@ -104,6 +104,52 @@ __device__ inline int sort_candidates(uint64_t* list, int count) {
   return n;
 }
 
+// Streams row[0, n) through the block: f(i, x, valid) for each element this thread owns, with 16-byte loads
+// when the row allows (kUnroll of them in flight per thread: one block per row must keep enough bytes in
+// flight on its own at R = 1). The loop is warp-uniform: every lane of a warp makes the same calls, padding
+// ones with valid = false, so f may use warp collectives. Each element goes to exactly one thread.
+template <int kUnroll, class F>
+__device__ __forceinline__ void for_each_logit(const float* row, int n, F f) {
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int warp_base = static_cast<int>(threadIdx.x & ~31u);
+  const int threads = static_cast<int>(blockDim.x);
+  if (n % 4 == 0 && (reinterpret_cast<uintptr_t>(row) & 15u) == 0) {
+    const int n4 = n / 4;
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    for (int base = warp_base; base < n4; base += kUnroll * threads) {
+      float4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = base + u * threads + lane;
+        v[u] = j < n4 ? __ldg(row4 + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = base + u * threads + lane;
+        const bool valid = j < n4;
+        f(4 * j, v[u].x, valid);
+        f(4 * j + 1, v[u].y, valid);
+        f(4 * j + 2, v[u].z, valid);
+        f(4 * j + 3, v[u].w, valid);
+      }
+    }
+  } else {
+    for (int base = warp_base; base < n; base += 4 * kUnroll * threads) {
+      float x[4 * kUnroll];
+#pragma unroll
+      for (int u = 0; u < 4 * kUnroll; ++u) {
+        const int i = base + u * threads + lane;
+        x[u] = i < n ? __ldg(row + i) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < 4 * kUnroll; ++u) {
+        const int i = base + u * threads + lane;
+        f(i, x[u], i < n);
+      }
+    }
+  }
+}
+
 __device__ __forceinline__ unsigned long long warp_sum_u64(unsigned long long v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);

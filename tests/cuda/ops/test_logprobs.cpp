@@ -85,8 +85,8 @@ TEST_F(LogprobsTest, OddShapes) {
   check(5, 2053, 20, true);
 }
 
-// Thousands of equal logits overflow the candidate list: the radix-select fallback must rank them by id.
-// Masked (-inf) logits never appear above real ones.
+// Ties are ranked by id (the candidate list orders keys by value, then lower id first); masked (-inf)
+// logits never appear above real ones.
 TEST_F(LogprobsTest, TiesAndMaskedTokens) {
   const int64_t vocab = 151936;
   const int rows = 3, k = 20;
@@ -113,6 +113,35 @@ TEST_F(LogprobsTest, TiesAndMaskedTokens) {
   for (size_t i = 0; i < gl.size(); ++i) EXPECT_NEAR(gl[i], cl[i], 1e-3) << "entry " << i;
   const auto gt = read_gpu(g_target), ct = read_cpu(c_target);
   for (int r = 0; r < rows; ++r) EXPECT_NEAR(gt[r], ct[r], 1e-3) << "row " << r;
+}
+
+// The candidate list's bound comes from each thread's two largest logits; 100 threads owning only large,
+// spread-out logits (and everything else small) put ~29600 keys above the 256th largest thread key, so the
+// list overflows and the exact radix select must give the same answer. Thread t of the 512 owns the
+// float4 groups t, t + 512, t + 1024, ... (logits 4 (t + 512 m) + q).
+TEST_F(LogprobsTest, CandidateOverflowTakesTheFallback) {
+  const int64_t vocab = 151936;
+  const int rows = 2, k = 256;
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> logits(rows * vocab);
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < vocab; ++i) {
+      const int64_t group = i / 4, thread = group % 512, m = group / 512, q = i % 4;
+      logits[r * vocab + i] = thread < 100 ? 20.0f + static_cast<float>(m) + 0.25f * static_cast<float>(q) : dist(rng_);
+    }
+  }
+  std::vector<int32_t> targets = {1, 4097};
+  Tensor g_target = gpu_empty(DType::F32, {rows}), g_ids = gpu_empty(DType::I32, {rows, k}),
+         g_top = gpu_empty(DType::F32, {rows, k});
+  gpu().logprobs(gpu_raw(logits, DType::F32, {rows, vocab}), gpu_raw(targets, DType::I32, {rows}), k, g_target,
+                 g_ids, g_top);
+  Tensor c_target = cpu_empty(DType::F32, {rows}), c_ids = cpu_empty(DType::I32, {rows, k}),
+         c_top = cpu_empty(DType::F32, {rows, k});
+  cpu().logprobs(cpu_raw(logits, DType::F32, {rows, vocab}), cpu_raw(targets, DType::I32, {rows}), k, c_target,
+                 c_ids, c_top);
+  EXPECT_EQ(read_gpu_i32(g_ids), std::vector<int32_t>(c_ids.as<int32_t>(), c_ids.as<int32_t>() + rows * k));
+  const auto gl = read_gpu(g_top), cl = read_cpu(c_top);
+  for (size_t i = 0; i < gl.size(); ++i) EXPECT_NEAR(gl[i], cl[i], 1e-3) << "entry " << i;
 }
 
 }  // namespace
