@@ -457,6 +457,31 @@ TEST_F(SamplerTest, FilteredCandidateOverflowMatchesCpu) {
   EXPECT_LE(mismatches, 1);
 }
 
+// The full-vocabulary plain path uses a 16-block (non-portable) cluster: it must capture into a graph and
+// replay to the eager result, with the filtered rows alongside.
+TEST_F(SamplerTest, FullVocabCapturesIntoAGraph) {
+  const int64_t vocab = 151936;
+  const int rows = 64;
+  const auto logits = random_logits(rows, vocab, 2.0f);
+  SamplerRows r = plain_rows(rows, 77);
+  r.top_k[5] = 40;
+  r.top_p[6] = 0.9f;
+  const Tensor g_logits = gpu_raw(logits, DType::F32, {rows, vocab});
+  const SamplerInputs in = gpu_inputs(r);
+  Tensor ids = gpu_empty(DType::I32, {rows});
+  gpu().sample(g_logits, in, ids);
+  gpu().synchronize();
+  const auto eager = read_gpu_i32(ids);
+  std::vector<int32_t> poison(rows, -7);
+  gpu().upload(poison.data(), ids.data, ids.bytes());
+  CudaGraph graph = gpu().capture([&] { gpu().sample(g_logits, in, ids); });
+  ASSERT_FALSE(graph.empty());
+  gpu().replay(graph);
+  gpu().synchronize();
+  EXPECT_EQ(read_gpu_i32(ids), eager);
+  EXPECT_EQ(eager, sample_gpu(logits, vocab, r));
+}
+
 TEST_F(SamplerTest, FilteredSmallVocabManyRows) {
   for (int64_t vocab : {int64_t{6}, int64_t{1003}, int64_t{4097}}) {
     const int rows = 257;
