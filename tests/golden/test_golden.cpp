@@ -158,6 +158,29 @@ TEST_P(GoldenTest, BatchEqualsSingle) {
   }
 }
 
+// min_tokens as vLLM means it: stop tokens cannot be sampled before it. Greedy would pick the fixture's first
+// token, so making that token a stop token with min_tokens 3 must change the first three tokens, and the
+// request may stop on it afterwards.
+TEST_P(GoldenTest, MinTokensBansStopTokensUntilReached) {
+  const Case& c = cases_.back();
+  const int32_t first = c.greedy[0];
+  SamplingParams p = greedy_params(0);
+  p.prompt_logprobs.reset();
+  p.stop_token_ids = {first};
+  p.min_tokens = 3;
+  p.max_tokens = 20;
+  LLM llm(cpu_config(model_, 16, 4096, 8));
+  auto out = llm.generate({Prompt::from_tokens(c.prompt)}, p);
+  ASSERT_GE(out[0].token_ids.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_NE(out[0].token_ids[i], first) << "token " << i << " sampled before min_tokens";
+  for (size_t i = 3; i + 1 < out[0].token_ids.size(); ++i) EXPECT_NE(out[0].token_ids[i], first) << "did not stop";
+  // Without min_tokens the very first token stops the request.
+  p.min_tokens = 0;
+  auto plain = llm.generate({Prompt::from_tokens(c.prompt)}, p);
+  EXPECT_EQ(plain[0].token_ids, std::vector<int32_t>{first});
+  EXPECT_EQ(plain[0].finish_reason, "stop");
+}
+
 INSTANTIATE_TEST_SUITE_P(Checkpoints, GoldenTest,
                          ::testing::Values("golden_tied_gqa2", "golden_untied_sharded", "qwen2_bias"));
 
