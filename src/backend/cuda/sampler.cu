@@ -200,6 +200,10 @@ constexpr int kClusterThreads = 512;
 constexpr int kClusterVecs = 5;
 constexpr int kMaxClusterBlocks = 16;  // non-portable on sm_90 (portable is 8): allowed explicitly at launch
 constexpr int kClusterSliceCapacity = kClusterThreads * 4 * kClusterVecs;  // 10240 logits per block
+// The first noise round covers tokens within this of the row's largest z (see cluster_sample_kernel).
+constexpr float kFirstRoundDepth = 2.0f;
+// Above the largest noise (16.64, see prune_below), with room for fp32 rounding of z + g.
+constexpr float kMaxGumbel = 17.0f;
 
 struct ClusterPlan {
   int blocks = 0;  // 0: the vocabulary does not fit in one cluster's registers
@@ -280,12 +284,15 @@ __global__ void __launch_bounds__(kClusterThreads, 2) cluster_sample_kernel(cons
       }
     }
   } else {
-    // Which of this thread's tokens need their noise drawn: kept by min_p and not pruned. The noise loop
-    // then runs over the set bits (one copy of the Philox code instead of 20 unrolled ones), reloading the
-    // few logits it needs from L1/L2.
+    // Which of this thread's tokens need their noise drawn: kept by min_p and not pruned. The noise loops
+    // run over the set bits (one copy of the Philox code instead of 20 unrolled ones), reloading the few
+    // logits they need from L1/L2. Two rounds: first the tokens within kFirstRoundDepth of the top, then
+    // the rest, of which a token more than kMaxGumbel below the block's best value so far cannot win
+    // (exact, as cpu/sampler.cpp's skip): on flat rows that skips about half of the noise.
     const float cutoff = prune_below(scaled_max);
+    const float first_round = scaled_max - kFirstRoundDepth;
     const bool use_min_p = p.min_p > 0.0f;
-    uint32_t draw = 0;
+    uint32_t near_top = 0, rest = 0;
 #pragma unroll
     for (int j = 0; j < kClusterVecs; ++j) {
 #pragma unroll
@@ -294,14 +301,24 @@ __global__ void __launch_bounds__(kClusterThreads, 2) cluster_sample_kernel(cons
         const float s = x[j][q] / p.temperature;
         const bool candidate = i < end && s > -INFINITY && !(s < cutoff) &&
                                (!use_min_p || s == scaled_max || expf(s - scaled_max) >= p.min_p);
-        draw |= candidate ? 1u << (4 * j + q) : 0u;
+        near_top |= candidate && s >= first_round ? 1u << (4 * j + q) : 0u;
+        rest |= candidate && !(s >= first_round) ? 1u << (4 * j + q) : 0u;
       }
     }
-    while (draw != 0) {
-      const int bit = __ffs(draw) - 1;
-      draw &= draw - 1;
-      const int i = begin + ((bit >> 2) * kClusterThreads + threadIdx.x) * 4 + (bit & 3);
+    auto token_of_bit = [&](int bit) { return begin + ((bit >> 2) * kClusterThreads + threadIdx.x) * 4 + (bit & 3); };
+    while (near_top != 0) {
+      const int i = token_of_bit(__ffs(near_top) - 1);
+      near_top &= near_top - 1;
       const float s = row[i] / p.temperature;
+      take(best, s + gumbel(p, i), i);
+    }
+    const Best leader = block_best(best, best_scratch);
+    const float hopeless = leader.value - kMaxGumbel - fabsf(leader.value) * 1e-6f;  // -inf when none yet
+    while (rest != 0) {
+      const int i = token_of_bit(__ffs(rest) - 1);
+      rest &= rest - 1;
+      const float s = row[i] / p.temperature;
+      if (s < hopeless) continue;
       take(best, s + gumbel(p, i), i);
     }
   }
