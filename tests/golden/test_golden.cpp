@@ -93,7 +93,9 @@ void expect_position_matches(const PositionLogprobs& ours, const std::vector<std
     EXPECT_NEAR(ours[j].second, hf[j].second, kLogprobTolerance) << where << ": top-" << j << " logprob";
     const bool tie = (j > 1 && std::fabs(hf[j].second - hf[j - 1].second) < 2 * kLogprobTolerance) ||
                      (j + 1 < hf.size() && std::fabs(hf[j].second - hf[j + 1].second) < 2 * kLogprobTolerance);
-    if (!tie) EXPECT_EQ(ours[j].first, hf[j].first) << where << ": top-" << j << " id";
+    if (!tie) {
+      EXPECT_EQ(ours[j].first, hf[j].first) << where << ": top-" << j << " id";
+    }
   }
 }
 

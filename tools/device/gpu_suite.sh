@@ -42,6 +42,8 @@ fi
 if [[ " $STEPS " == *" 3 "* ]]; then
   OUT="$W/logs/cuda" step cuda_tests 240 tests/cuda/run_on_device.sh "$C/build"
   step attention_bench 60 "$C/build/tests/cuda/attention/bench_attention"
+  step gemv_bench 60 "$C/build/tests/cuda/ops/bench_gemv"
+  step sampler_bench 60 "$C/build/tests/cuda/ops/bench_sampler"
 fi
 if [[ " $STEPS " == *" 4 "* ]]; then
   # Fixtures of step 1 when it ran in this call, else the committed ones.

@@ -7,7 +7,8 @@ build="$1"
 C=.carry
 rm -rf "$C/bin" "$C/build" && mkdir -p "$C/bin" "$C/golden"
 for t in tests/cuda/ops/test_cuda_ops tests/cuda/ops/bench_cuda_ops tests/cuda/attention/test_cuda_attention \
-         tests/cuda/attention/bench_attention tests/cuda/golden/test_cuda_golden; do
+         tests/cuda/attention/bench_attention tests/cuda/golden/test_cuda_golden tests/cuda/ops/bench_gemv \
+         tests/cuda/ops/bench_sampler; do
   mkdir -p "$C/build/$(dirname "$t")"
   strip -o "$C/build/$t" "$build/$t"
 done
@@ -16,6 +17,6 @@ strip -o "$C/bin/nanovllm-make-checkpoint" "$build/tools/make_checkpoint/nanovll
 strip -o "$C/bin/bench_tokenizer" "$build/tests/tokenizer/bench_tokenizer"
 bash tests/golden/make_checkpoints.sh "$C/bin/nanovllm-make-checkpoint" "$C/golden" >/dev/null
 cp -r third_party_data/qwen3-tokenizer "$C/"
-cp ../shared/models/Qwen3-0.6B.config.json "$C/"
-cp ../shared/bench/nanovllm_bench_workload.json "$C/workload.json"
+cp "$(dirname "$0")/../../../shared/models/Qwen3-0.6B.config.json" "$C/"
+cp "$(dirname "$0")/../../../shared/bench/nanovllm_bench_workload.json" "$C/workload.json"
 du -sh "$C"
