@@ -25,6 +25,9 @@ step() {  # name, seconds, command...
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$W/gpu.txt"
 cp -r "$C/golden/." /tmp/golden/
+# Unpack the binaries next to the checkpoints (prepare_carry.sh packed them) and use them from there.
+mkdir -p /tmp/carry && tar xzf "$C/binaries.tgz" -C /tmp/carry && cp -r "$C/qwen3-tokenizer" "$C"/*.json /tmp/carry/
+C=/tmp/carry
 
 if [[ " $STEPS " == *" 1 "* ]]; then
   step hf_golden 150 tools/make_golden_fixtures.sh - /tmp/golden "$W/fixtures/golden"

@@ -15,8 +15,10 @@ done
 strip -o "$C/bin/nanovllm" "$build/apps/nanovllm/nanovllm"
 strip -o "$C/bin/nanovllm-make-checkpoint" "$build/tools/make_checkpoint/nanovllm-make-checkpoint"
 strip -o "$C/bin/bench_tokenizer" "$build/tests/tokenizer/bench_tokenizer"
-bash tests/golden/make_checkpoints.sh "$C/bin/nanovllm-make-checkpoint" "$C/golden" >/dev/null
+bash tests/golden/make_checkpoints.sh "$build/tools/make_checkpoint/nanovllm-make-checkpoint" "$C/golden" >/dev/null
 cp -r third_party_data/qwen3-tokenizer "$C/"
 cp "$(dirname "$0")/../../../shared/models/Qwen3-0.6B.config.json" "$C/"
 cp "$(dirname "$0")/../../../shared/bench/nanovllm_bench_workload.json" "$C/workload.json"
+# Binaries each link the whole CUDA backend; packed they are a quarter of the size (gpu_suite.sh unpacks).
+tar czf "$C/binaries.tgz" -C "$C" build bin && rm -rf "$C/build" "$C/bin"
 du -sh "$C"
