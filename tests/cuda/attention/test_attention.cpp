@@ -239,7 +239,7 @@ TEST_P(DecodeSweep, MixedLengthsManySplits) {
 
 INSTANTIATE_TEST_SUITE_P(Attention, DecodeSweep, testing::ValuesIn(all_sweep_params()), sweep_name);
 
-// >= 1024 (sequence, KV head) CTAs: one split, the CTA writes the output directly (no merge pass).
+// >= kDecodeTargetCtas (2048) (sequence, KV head) CTAs: one split, the CTA writes the output directly (no merge).
 TEST(Decode, LargeBatchSingleSplit) {
   REQUIRE_DEVICE();
   std::mt19937 rng(7);
@@ -251,7 +251,7 @@ TEST(Decode, LargeBatchSingleSplit) {
     p.block_size = 32;
     std::uniform_int_distribution<int> len(1, 700);
     std::vector<int> lengths;
-    for (int i = 0; i < 130; ++i) lengths.push_back(len(rng));
+    for (int i = 0; i < 260; ++i) lengths.push_back(len(rng));  // 260 x 8 KV heads = 2080 CTAs
     lengths[3] = 256;
     lengths[4] = 257;
     p.seqs = decode_seqs(lengths);
