@@ -3,6 +3,7 @@
 // backend, device for CUDA). Ownership stays with a Buffer; views are cheap to copy and slice.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -63,12 +64,13 @@ struct Tensor {
   }
 };
 
-// Owned memory of one backend; the deleter knows how it was allocated (free, cudaFree, munmap...).
+// Owned memory of one backend; the deleter knows how it was allocated (free, cudaFree, munmap...) and may carry
+// context (which device, whose byte count).
 class Buffer {
  public:
-  using Deleter = void (*)(void*);
+  using Deleter = std::function<void(void*)>;
   Buffer() = default;
-  Buffer(void* ptr, size_t bytes, Deleter deleter) : ptr_(ptr, deleter), bytes_(bytes) {}
+  Buffer(void* ptr, size_t bytes, Deleter deleter) : ptr_(ptr, std::move(deleter)), bytes_(bytes) {}
 
   void* data() const { return ptr_.get(); }
   size_t bytes() const { return bytes_; }
@@ -80,7 +82,7 @@ class Buffer {
   }
 
  private:
-  std::unique_ptr<void, Deleter> ptr_{nullptr, [](void*) {}};
+  std::unique_ptr<void, Deleter> ptr_{nullptr, Deleter([](void*) {})};
   size_t bytes_ = 0;
 };
 

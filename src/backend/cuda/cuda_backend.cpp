@@ -4,8 +4,6 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/attention.h"
@@ -18,40 +16,15 @@ namespace nanovllm {
 namespace {
 
 constexpr size_t kGemmWorkspaceBytes = 32u << 20;  // what cuBLASLt suggests for Hopper
-constexpr int kMaxDevices = 64;
 
-// Live device bytes per device. Buffer's deleter is a plain function pointer (no context), so the size of
-// each allocation has to be found again at free time: this registry is the one process-wide table that
-// makes that possible.
-struct AllocationRegistry {
-  std::mutex mutex;
-  std::unordered_map<void*, std::pair<int, size_t>> live;  // pointer -> (device, bytes)
-  std::array<size_t, kMaxDevices> bytes_by_device{};
-};
-
-AllocationRegistry& registry() {
-  static AllocationRegistry instance;
-  return instance;
-}
-
-void free_device(void* ptr) {
+// Frees on the device the memory came from (a backend may be driven from another thread or device).
+void free_device(void* ptr, int device) {
   if (ptr == nullptr) return;
-  int device = -1;
-  {
-    AllocationRegistry& r = registry();
-    std::lock_guard lock(r.mutex);
-    auto it = r.live.find(ptr);
-    if (it != r.live.end()) {
-      device = it->second.first;
-      r.bytes_by_device[device] -= it->second.second;
-      r.live.erase(it);
-    }
-  }
   int current = -1;
   cudaGetDevice(&current);
-  if (device >= 0 && device != current) cudaSetDevice(device);
+  if (device != current) cudaSetDevice(device);
   const cudaError_t err = cudaFree(ptr);
-  if (device >= 0 && device != current) cudaSetDevice(current);
+  if (device != current) cudaSetDevice(current);
   if (err != cudaSuccess) std::fprintf(stderr, "nanovllm: cudaFree failed: %s\n", cudaGetErrorString(err));
 }
 
@@ -81,7 +54,7 @@ __nv_bfloat16* bf16_mut(const Tensor& t) { return static_cast<__nv_bfloat16*>(t.
 CudaBackend::CudaBackend(int device_index) : device_(device_index) {
   int count = 0;
   NANOVLLM_CUDA_CHECK(cudaGetDeviceCount(&count));
-  if (device_index < 0 || device_index >= count || device_index >= kMaxDevices) {
+  if (device_index < 0 || device_index >= count) {
     throw EngineError("CudaBackend: device " + std::to_string(device_index) + " does not exist (" +
                       std::to_string(count) + " CUDA devices)");
   }
@@ -116,11 +89,7 @@ CudaBackend::MemoryInfo CudaBackend::memory_info() const {
   return info;
 }
 
-size_t CudaBackend::bytes_allocated() const {
-  AllocationRegistry& r = registry();
-  std::lock_guard lock(r.mutex);
-  return r.bytes_by_device[device_];
-}
+size_t CudaBackend::bytes_allocated() const { return live_bytes_->load(); }
 
 void CudaBackend::reserve(const BackendLimits& limits) {
   make_current();
@@ -146,12 +115,14 @@ Buffer CudaBackend::allocate(size_t bytes) {
       throw EngineError("cudaMalloc of " + std::to_string(bytes) + " bytes on device " + std::to_string(device_) +
                         " failed: " + cudaGetErrorString(err));
     }
-    AllocationRegistry& r = registry();
-    std::lock_guard lock(r.mutex);
-    r.live[ptr] = {device_, bytes};
-    r.bytes_by_device[device_] += bytes;
+    *live_bytes_ += bytes;
   }
-  return Buffer(ptr, bytes, &free_device);
+  // The count is shared with the deleter: a Buffer may outlive the backend that made it.
+  return Buffer(ptr, bytes, [device = device_, live = live_bytes_, bytes](void* p) {
+    if (p == nullptr) return;
+    *live -= bytes;
+    free_device(p, device);
+  });
 }
 
 Buffer CudaBackend::allocate_pinned(size_t bytes) {

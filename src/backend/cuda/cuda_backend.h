@@ -5,6 +5,7 @@
 // allocates and any sequence of ops can be captured into a CUDA graph and replayed.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -77,6 +78,7 @@ class CudaBackend final : public Backend {
   void make_current() const;
 
   int device_ = 0;
+  std::shared_ptr<std::atomic<size_t>> live_bytes_ = std::make_shared<std::atomic<size_t>>(0);  // allocate()d, not freed
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
   Buffer gemm_workspace_;
