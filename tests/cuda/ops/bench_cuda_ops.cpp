@@ -12,11 +12,13 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "common/half_float.h"
+#include "tests/cuda/ops/graph_timer.h"
 
 namespace nanovllm {
 namespace {
 
-constexpr int kCallsPerGraph = 20;
+using test::graph_time_us;
+
 
 struct Bench {
   CudaBackend& gpu;
@@ -51,29 +53,7 @@ struct Bench {
   // call(i) enqueues the i-th call (i selects a rotated input where that matters).
   // Returns microseconds per call.
   double time(const std::string& op, const std::string& shape, double bytes, const std::function<void(int)>& call) {
-    call(0);
-    gpu.synchronize();
-    CudaGraph graph = gpu.capture([&] {
-      for (int i = 0; i < kCallsPerGraph; ++i) call(i);
-    });
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    gpu.replay(graph);
-    std::vector<float> ms;
-    for (int rep = 0; rep < 15; ++rep) {
-      cudaEventRecord(start, gpu.stream());
-      gpu.replay(graph);
-      cudaEventRecord(stop, gpu.stream());
-      cudaEventSynchronize(stop);
-      float t = 0;
-      cudaEventElapsedTime(&t, start, stop);
-      ms.push_back(t);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-    const double us = ms[ms.size() / 2] * 1e3 / kCallsPerGraph;
+    const double us = graph_time_us(gpu, call);
     const double floor_us = bytes / (read_gbs * 1e9) * 1e6;
     std::printf("%-20s %-26s %9.2f us  %9.2f us floor  %6.1f%%  %8.0f GB/s\n", op.c_str(), shape.c_str(), us,
                 floor_us, 100.0 * floor_us / us, bytes / (us * 1e-6) / 1e9);

@@ -15,37 +15,14 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
+#include "tests/cuda/ops/graph_timer.h"
 
 namespace nanovllm {
 namespace {
 
-constexpr int kCallsPerGraph = 20;
+using test::graph_time_us;
 
-double time_us(CudaBackend& gpu, const std::function<void(int)>& call) {
-  call(0);
-  gpu.synchronize();
-  CudaGraph graph = gpu.capture([&] {
-    for (int i = 0; i < kCallsPerGraph; ++i) call(i);
-  });
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  gpu.replay(graph);
-  std::vector<float> ms;
-  for (int rep = 0; rep < 15; ++rep) {
-    cudaEventRecord(start, gpu.stream());
-    gpu.replay(graph);
-    cudaEventRecord(stop, gpu.stream());
-    cudaEventSynchronize(stop);
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2] * 1e3 / kCallsPerGraph;
-}
+
 
 void run() {
   CudaBackend gpu(0);
@@ -91,13 +68,13 @@ void run() {
       void* out = keep.back().data();
       const double bytes = w_bytes + 2.0 * t * s.k + static_cast<double>(t) * s.n * dtype_size(s.out);
       const double floor_us = bytes / (read_gbs * 1e3);
-      const double cublas_us = time_us(gpu, [&](int i) {
+      const double cublas_us = graph_time_us(gpu, [&](int i) {
         gemm.run_cublaslt(x, weights[i % copies], nullptr, out, s.out, t, s.n, s.k, gpu.stream());
       });
       const cuda::GemvArgs args{x, weights[0], nullptr, out, s.out, t, s.n, s.k};
       if (t <= cuda::kGemvMaxTokens) {
         auto gemv_us = [&](bool overlap) {
-          return time_us(gpu, [&](int i) {
+          return graph_time_us(gpu, [&](int i) {
             cuda::GemvArgs a = args;
             a.weight = weights[i % copies];
             cuda::launch_gemv(a, sms, gpu.stream(), overlap);

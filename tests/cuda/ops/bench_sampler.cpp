@@ -16,11 +16,13 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/sampler_paths.cuh"
+#include "tests/cuda/ops/graph_timer.h"
 
 namespace nanovllm {
 namespace {
 
-constexpr int kCallsPerGraph = 20;
+using test::graph_time_us;
+
 constexpr int64_t kVocab = 151936;
 
 struct Bench {
@@ -43,29 +45,7 @@ struct Bench {
   }
 
   void time(const std::string& what, int rows, const std::function<void()>& call) {
-    call();
-    gpu.synchronize();
-    CudaGraph graph = gpu.capture([&] {
-      for (int i = 0; i < kCallsPerGraph; ++i) call();
-    });
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    gpu.replay(graph);
-    std::vector<float> ms;
-    for (int rep = 0; rep < 15; ++rep) {
-      cudaEventRecord(start, gpu.stream());
-      gpu.replay(graph);
-      cudaEventRecord(stop, gpu.stream());
-      cudaEventSynchronize(stop);
-      float t = 0;
-      cudaEventElapsedTime(&t, start, stop);
-      ms.push_back(t);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-    const double us = ms[ms.size() / 2] * 1e3 / kCallsPerGraph;
+    const double us = graph_time_us(gpu, [&](int) { call(); });
     const double floor_us = 4.0 * rows * kVocab / (read_gbs * 1e9) * 1e6;
     std::printf("%-34s R=%-4d %9.2f us  floor %7.2f us  %6.1f%% of floor\n", what.c_str(), rows, us, floor_us,
                 100.0 * floor_us / us);
