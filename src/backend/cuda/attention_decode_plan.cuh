@@ -6,9 +6,10 @@
 
 namespace nanovllm::cuda::attention_detail {
 
-// Keys per split at least: the partial's write-back stays small beside the reads, and a long single sequence
-// is not cut into hundreds of splits (H200, batch 1 x 32k context: 256 splits 139 us, 128 splits 101 us).
-constexpr int kDecodeMinChunk = 256;
+// Keys per split at least: the partial's write-back stays small beside the reads. Measured on an H200: 256
+// helps one very long sequence (batch 1 x 32k: 96 us vs 139 us at 128) but slows batch 1 x 4k, the bound decode
+// graphs are captured with (33 vs 29 us a layer, +0.15 ms a token), so it stays 128.
+constexpr int kDecodeMinChunk = 128;
 // Splitting stops once (seqs x KV heads x splits) reaches this (~16/SM). Measured on an H200 (bench_attention,
 // 0.6B shapes): grids of ~1024 CTAs streamed K/V at 72-73% of copy bandwidth, ~2048 CTAs at 88%.
 constexpr int kDecodeTargetCtas = 2048;

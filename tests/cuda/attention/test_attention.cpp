@@ -223,7 +223,7 @@ std::vector<SweepParam> all_sweep_params() {
 class DecodeSweep : public testing::TestWithParam<SweepParam> {};
 
 // Two KV heads, 8 sequences of the listed lengths: 16 CTAs per split, so the plan splits the long ones into
-// 256-key chunks (12 splits for 3000) and the short ones leave most splits empty.
+// 128-key chunks (24 splits for 3000) and the short ones leave most splits empty.
 TEST_P(DecodeSweep, MixedLengthsManySplits) {
   REQUIRE_DEVICE();
   const SweepParam sp = GetParam();
