@@ -241,16 +241,20 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   if (num_samples > 0) {
     Tensor logits = logits_buf_.view(DType::F32, {num_samples, model_config_.vocab_size});
     if (bucket == 0) model_->logits(meta_->logits_rows_tensor(num_samples), logits);
-    ban_early_stops(batch, logits);
+    const bool banned = ban_early_stops(batch, logits);
     Tensor ids = sampled_buf_.view(DType::I32, {num_samples});
     backend_->sample(logits, meta_->sampler_inputs(num_samples), ids);
     out.sampled.resize(num_samples);
     backend_->download(ids.data, out.sampled.data(), num_samples * sizeof(int32_t));
     out.sampled_logprobs.resize(num_samples);
     if (want_sample_logprobs) {
-      std::vector<int32_t> rows(num_samples);
-      for (int r = 0; r < num_samples; ++r) rows[r] = meta_->logits_rows()[r];
-      score_rows(rows, out.sampled, want_k, out.sampled_logprobs);
+      if (banned) {  // logprobs come from the raw logits: recompute the rows the bans changed
+        std::vector<int32_t> rows(num_samples);
+        for (int r = 0; r < num_samples; ++r) rows[r] = meta_->logits_rows()[r];
+        score_rows(rows, out.sampled, want_k, out.sampled_logprobs);
+      } else {
+        logprobs_of(logits, out.sampled.data(), want_k, out.sampled_logprobs.data());
+      }
       // Keep only what each request asked for.
       int r = 0;
       for (const ScheduledSequence& item : batch.items) {
@@ -274,7 +278,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   return out;
 }
 
-void ModelRunner::ban_early_stops(const ScheduledBatch& batch, Tensor& logits) {
+bool ModelRunner::ban_early_stops(const ScheduledBatch& batch, Tensor& logits) {
   std::vector<int32_t> rows, tokens;
   int r = 0;
   for (const ScheduledSequence& item : batch.items) {
@@ -301,36 +305,42 @@ void ModelRunner::ban_early_stops(const ScheduledBatch& batch, Tensor& logits) {
     backend_->set_logits(logits, ban_rows_buf_.view(DType::I32, {n}), ban_tokens_buf_.view(DType::I32, {n}),
                          -std::numeric_limits<float>::infinity());
   }
+  return !rows.empty();
 }
 
 void ModelRunner::score_rows(const std::vector<int32_t>& rows, const std::vector<int32_t>& targets, int k,
                              std::vector<PositionLogprobs>& out) {
   out.resize(rows.size());
   const int V = model_config_.vocab_size;
-  std::vector<float> target_lp(max_logits_rows_);
-  std::vector<int32_t> top_ids(static_cast<size_t>(max_logits_rows_) * std::max(k, 1));
-  std::vector<float> top_lp(top_ids.size());
   for (size_t begin = 0; begin < rows.size(); begin += max_logits_rows_) {
     const int n = static_cast<int>(std::min<size_t>(max_logits_rows_, rows.size() - begin));
     backend_->upload(rows.data() + begin, rows_buf_.data(), n * sizeof(int32_t));
-    backend_->upload(targets.data() + begin, targets_buf_.data(), n * sizeof(int32_t));
     Tensor logits = logits_buf_.view(DType::F32, {n, V});
     model_->logits(rows_buf_.view(DType::I32, {n}), logits);
-    Tensor t_lp = target_lp_buf_.view(DType::F32, {n});
-    Tensor t_ids = top_ids_buf_.view(DType::I32, {n, k});
-    Tensor t_top = top_lp_buf_.view(DType::F32, {n, k});
-    backend_->logprobs(logits, targets_buf_.view(DType::I32, {n}), k, t_lp, t_ids, t_top);
-    backend_->download(t_lp.data, target_lp.data(), n * sizeof(float));
-    if (k > 0) {
-      backend_->download(t_ids.data, top_ids.data(), static_cast<size_t>(n) * k * sizeof(int32_t));
-      backend_->download(t_top.data, top_lp.data(), static_cast<size_t>(n) * k * sizeof(float));
-    }
-    for (int i = 0; i < n; ++i) {
-      PositionLogprobs& e = out[begin + i];
-      e.clear();
-      e.emplace_back(targets[begin + i], target_lp[i]);
-      for (int j = 0; j < k; ++j) e.emplace_back(top_ids[static_cast<size_t>(i) * k + j], top_lp[static_cast<size_t>(i) * k + j]);
-    }
+    logprobs_of(logits, targets.data() + begin, k, out.data() + begin);
+  }
+}
+
+void ModelRunner::logprobs_of(const Tensor& logits, const int32_t* targets, int k, PositionLogprobs* out) {
+  const int n = static_cast<int>(logits.dim(0));
+  std::vector<float> target_lp(n);
+  std::vector<int32_t> top_ids(static_cast<size_t>(n) * std::max(k, 1));
+  std::vector<float> top_lp(top_ids.size());
+  backend_->upload(targets, targets_buf_.data(), n * sizeof(int32_t));
+  Tensor t_lp = target_lp_buf_.view(DType::F32, {n});
+  Tensor t_ids = top_ids_buf_.view(DType::I32, {n, k});
+  Tensor t_top = top_lp_buf_.view(DType::F32, {n, k});
+  backend_->logprobs(logits, targets_buf_.view(DType::I32, {n}), k, t_lp, t_ids, t_top);
+  backend_->download(t_lp.data, target_lp.data(), n * sizeof(float));
+  if (k > 0) {
+    backend_->download(t_ids.data, top_ids.data(), static_cast<size_t>(n) * k * sizeof(int32_t));
+    backend_->download(t_top.data, top_lp.data(), static_cast<size_t>(n) * k * sizeof(float));
+  }
+  for (int i = 0; i < n; ++i) {
+    PositionLogprobs& e = out[i];
+    e.clear();
+    e.emplace_back(targets[i], target_lp[i]);
+    for (int j = 0; j < k; ++j) e.emplace_back(top_ids[static_cast<size_t>(i) * k + j], top_lp[static_cast<size_t>(i) * k + j]);
   }
 }
 

@@ -54,6 +54,8 @@ class ModelRunner {
   // Token rows' logits in chunks of max_logits_rows, then their logprobs against `targets`.
   void score_rows(const std::vector<int32_t>& rows, const std::vector<int32_t>& targets, int k,
                   std::vector<PositionLogprobs>& out);
+  // Logprobs of logits F32 [n, V] (at most max_logits_rows rows) against targets[0..n): the target and top k.
+  void logprobs_of(const Tensor& logits, const int32_t* targets, int k, PositionLogprobs* out);
 
   EngineConfig config_;
   ModelConfig model_config_;
@@ -74,7 +76,8 @@ class ModelRunner {
 
   // -inf for EOS and stop tokens of rows whose request has not reached min_tokens (vLLM's semantics: they
   // cannot be sampled yet).
-  void ban_early_stops(const ScheduledBatch& batch, Tensor& logits);
+  // Returns whether anything was banned (then the logits are no longer the raw ones).
+  bool ban_early_stops(const ScheduledBatch& batch, Tensor& logits);
   std::unique_ptr<DecodeGraphs> graphs_;
 };
 

@@ -25,6 +25,7 @@ struct Case {
   std::vector<int32_t> prompt;
   std::vector<std::vector<std::pair<int32_t, float>>> prompt_logprobs;  // [0] empty
   std::vector<int32_t> greedy;
+  std::vector<float> greedy_logprobs;
 };
 
 std::vector<Case> load_fixture(const fs::path& path, int& k) {
@@ -43,6 +44,7 @@ std::vector<Case> load_fixture(const fs::path& path, int& k) {
       k = static_cast<int>(c.prompt_logprobs.back().size()) - 1;
     }
     c.greedy = p.at("greedy_token_ids").get<std::vector<int32_t>>();
+    c.greedy_logprobs = p.at("greedy_logprobs").get<std::vector<float>>();
     cases.push_back(std::move(c));
   }
   return cases;
@@ -124,6 +126,9 @@ TEST_P(GoldenTest, MatchesTransformersPromptByPrompt) {
     ASSERT_EQ(out.size(), 1u);
     ASSERT_TRUE(out[0].error.empty()) << out[0].error;
     EXPECT_EQ(out[0].token_ids, c.greedy) << "prompt " << i << ": greedy continuation differs";
+    ASSERT_EQ(out[0].logprobs->size(), c.greedy.size());
+    for (size_t t = 0; t < c.greedy.size(); ++t)
+      EXPECT_NEAR((*out[0].logprobs)[t][0].second, c.greedy_logprobs[t], kLogprobTolerance) << "prompt " << i << " token " << t;
     const auto& plp = *out[0].prompt_logprobs;
     ASSERT_EQ(plp.size(), c.prompt.size());
     EXPECT_TRUE(plp[0].empty());
@@ -168,6 +173,7 @@ TEST_P(GoldenTest, MinTokensBansStopTokensUntilReached) {
   const int32_t first = c.greedy[0];
   SamplingParams p = greedy_params(0);
   p.prompt_logprobs.reset();
+  p.logprobs = 1;
   p.stop_token_ids = {first};
   p.min_tokens = 3;
   p.max_tokens = 20;
@@ -175,6 +181,11 @@ TEST_P(GoldenTest, MinTokensBansStopTokensUntilReached) {
   auto out = llm.generate({Prompt::from_tokens(c.prompt)}, p);
   ASSERT_GE(out[0].token_ids.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_NE(out[0].token_ids[i], first) << "token " << i << " sampled before min_tokens";
+  // Logprobs stay those of the raw logits: the banned greedy token is still the top-1 with HF's logprob.
+  const PositionLogprobs& step0 = (*out[0].logprobs)[0];
+  ASSERT_EQ(step0.size(), 2u);
+  EXPECT_EQ(step0[1].first, first);
+  EXPECT_NEAR(step0[1].second, c.greedy_logprobs[0], kLogprobTolerance);
   for (size_t i = 3; i + 1 < out[0].token_ids.size(); ++i) EXPECT_NE(out[0].token_ids[i], first) << "did not stop";
   // Without min_tokens the very first token stops the request.
   p.min_tokens = 0;
