@@ -32,8 +32,6 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, con
     bar.update(static_cast<int>(done.size()), s.is_prefill, s.num_tokens, s.seconds);
     for (RequestOutput& out : done) outputs[index_of.at(out.request_id)] = std::move(out);
   }
-  // Requests that finished in the last step are returned by it; a final step drains aborted ones.
-  for (RequestOutput& out : engine_->step()) outputs[index_of.at(out.request_id)] = std::move(out);
   return outputs;
 }
 

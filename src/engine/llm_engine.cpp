@@ -114,7 +114,8 @@ void LLMEngine::abort(int64_t request_id) {
   if (requests_.count(request_id)) scheduler_->abort(request_id);
 }
 
-bool LLMEngine::is_finished() const { return scheduler_->is_finished(); }
+// Nothing left to run and no output still owed (an abort finishes a request without a step).
+bool LLMEngine::is_finished() const { return scheduler_->is_finished() && !scheduler_->has_untaken_finished(); }
 
 std::vector<RequestOutput> LLMEngine::step() {
   const auto start = std::chrono::steady_clock::now();

@@ -37,7 +37,8 @@ class LLMEngine {
   int64_t add_request(const Prompt& prompt, SamplingParams params);
   // Runs one scheduler step; returns the requests that finished in it.
   std::vector<RequestOutput> step();
-  // Finishes a request wherever it is (finish_reason "abort"); its output comes from the next step().
+  // Finishes a request wherever it is (finish_reason "abort"); its output comes from the next step(), and
+  // is_finished() stays false until then.
   void abort(int64_t request_id);
   bool is_finished() const;
 

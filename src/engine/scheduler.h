@@ -53,6 +53,8 @@ class Scheduler {
   // Sequences finished (or aborted) since the last call; their blocks are already free. They stay owned here
   // until release(seq_id).
   std::vector<Sequence*> take_finished();
+  // Sequences finished (e.g. aborted) but not yet taken: their outputs are still owed to the caller.
+  bool has_untaken_finished() const { return !finished_.empty(); }
   void release(int64_t seq_id);
   // Finishes with Abort and frees the blocks, wherever the sequence is; no-op for a finished or unknown id.
   void abort(int64_t seq_id);

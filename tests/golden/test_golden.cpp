@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/llm_engine.h"
 #include "nanovllm/llm.h"
 
 namespace nanovllm {
@@ -192,6 +194,33 @@ TEST_P(GoldenTest, MinTokensBansStopTokensUntilReached) {
   auto plain = llm.generate({Prompt::from_tokens(c.prompt)}, p);
   EXPECT_EQ(plain[0].token_ids, std::vector<int32_t>{first});
   EXPECT_EQ(plain[0].finish_reason, "stop");
+}
+
+// An aborted request is owed to the caller: the engine is not finished until a step has returned it, once.
+TEST_P(GoldenTest, AbortedRequestsAreReturnedBeforeTheEngineIsFinished) {
+  LLM llm(cpu_config(model_, 16, 4096, 8));
+  LLMEngine& engine = llm.engine();
+  const int64_t lone = engine.add_request(Prompt::from_tokens(cases_[0].prompt), greedy_params(0));
+  engine.abort(lone);
+  EXPECT_FALSE(engine.is_finished());
+  std::vector<RequestOutput> out = engine.step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].request_id, lone);
+  EXPECT_EQ(out[0].finish_reason, "abort");
+  EXPECT_TRUE(engine.is_finished());
+
+  // Mid-run: one of two requests aborted after its prefill; both come back, each exactly once.
+  const int64_t kept = engine.add_request(Prompt::from_tokens(cases_[1].prompt), greedy_params(0));
+  const int64_t cut = engine.add_request(Prompt::from_tokens(cases_[2].prompt), greedy_params(0));
+  engine.step();
+  engine.abort(cut);
+  std::map<int64_t, RequestOutput> done;
+  while (!engine.is_finished())
+    for (RequestOutput& o : engine.step()) ASSERT_TRUE(done.emplace(o.request_id, std::move(o)).second);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done.at(cut).finish_reason, "abort");
+  EXPECT_EQ(done.at(kept).finish_reason, "length");
+  EXPECT_EQ(done.at(kept).token_ids, cases_[1].greedy);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, GoldenTest,
