@@ -32,6 +32,7 @@ struct Workload {
   std::vector<int> max_tokens;
   float temperature = 0.6f;
   bool ignore_eos = true;
+  int max_model_len = 4096;
 };
 
 Workload read_workload(const std::string& path, int limit) {
@@ -48,6 +49,7 @@ Workload read_workload(const std::string& path, int limit) {
   w.max_tokens = j.at("max_tokens").get<std::vector<int>>();
   w.temperature = j.value("temperature", 0.6f);
   w.ignore_eos = j.value("ignore_eos", true);
+  w.max_model_len = j.value("max_model_len", w.max_model_len);
   if (w.prompts.size() != w.max_tokens.size()) throw InvalidInput("workload: prompts and max_tokens differ in count");
   if (limit > 0 && limit < static_cast<int>(w.prompts.size())) {
     w.prompts.resize(limit);
@@ -92,7 +94,7 @@ int run_bench(const BenchArgs& a) {
   Workload w;
   if (!a.latency && !a.prefill) {
     w = read_workload(a.workload, a.num_prompts);
-    config.max_model_len = std::max(config.max_model_len, 4096);
+    config.max_model_len = std::max(config.max_model_len, w.max_model_len);  // the workload's own setting
   }
   const auto start = Clock::now();
   LLMEngine engine(config);

@@ -57,7 +57,6 @@ struct BackendLimits {
   int num_kv_heads = 0;
   int head_dim = 0;
   int vocab_size = 0;
-  int max_logprobs = 20;      // largest k of logprobs / prompt_logprobs
 };
 
 class Backend {

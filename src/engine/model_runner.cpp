@@ -27,7 +27,6 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
   limits.num_kv_heads = model_config.num_key_value_heads;
   limits.head_dim = model_config.head_dim;
   limits.vocab_size = model_config.vocab_size;
-  limits.max_logprobs = max_logprobs_;
   backend_->reserve(limits);
 
   model_ = std::make_unique<Qwen3Model>(model_config, *backend_, weights, config.max_num_batched_tokens,
@@ -39,7 +38,7 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
   step_limits.max_logits_rows = max_logits_rows_;
   meta_ = std::make_unique<StepMetadata>(*backend_, step_limits);
 
-  const size_t R = max_logits_rows_, V = model_config.vocab_size, K = max_logprobs_;
+  const size_t R = max_logits_rows_, V = model_config.vocab_size, K = SamplingParams::kMaxLogprobs;
   logits_buf_ = backend_->allocate(R * V * 4);
   sampled_buf_ = backend_->allocate(R * 4);
   rows_buf_ = backend_->allocate(R * 4);

@@ -67,7 +67,6 @@ class ModelRunner {
   int num_kvcache_blocks_ = 0;
   size_t kv_cache_bytes_ = 0;
   int max_logits_rows_ = 0;
-  int max_logprobs_ = 20;
 
   // Scratch in backend memory: logits [R, V], sampled ids, logprob outputs, score rows/targets.
   Buffer logits_buf_, sampled_buf_, rows_buf_, targets_buf_, target_lp_buf_, top_ids_buf_, top_lp_buf_;
