@@ -4,26 +4,16 @@
 
 #include "common/error.h"
 #include "model/hf_config.h"
+#include "expect_invalid.h"
 #include "temp_dir.h"
 
 namespace nanovllm {
 namespace {
 
 using nlohmann::json;
+using testing::expect_invalid;
 using testing::TempDir;
 using testing::write_file;
-
-// Expects `fn` to throw InvalidInput whose message contains every one of `parts`.
-template <class Fn>
-void expect_invalid(Fn&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    FAIL() << "no exception; expected one mentioning " << *parts.begin();
-  } catch (const InvalidInput& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts) EXPECT_NE(message.find(part), std::string::npos) << "message: " << message;
-  }
-}
 
 json qwen3_json() {
   return json::parse(R"({

@@ -10,6 +10,7 @@
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "model/weight_source.h"
+#include "expect_invalid.h"
 #include "temp_dir.h"
 
 namespace nanovllm {
@@ -17,19 +18,9 @@ namespace {
 
 using nlohmann::json;
 using testing::read_file;
+using testing::expect_invalid;
 using testing::TempDir;
 using testing::write_file;
-
-template <class Fn>
-void expect_invalid(Fn&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    FAIL() << "no exception; expected one mentioning " << *parts.begin();
-  } catch (const InvalidInput& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts) EXPECT_NE(message.find(part), std::string::npos) << "message: " << message;
-  }
-}
 
 // A safetensors file from a header text (padded with spaces to 8 bytes, as the format asks) and data bytes;
 // header_len overrides the length field.

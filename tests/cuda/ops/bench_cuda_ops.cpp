@@ -12,7 +12,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "common/half_float.h"
-#include "tests/cuda/ops/graph_timer.h"
+#include "tests/cuda/ops/bench_support.h"
 
 namespace nanovllm {
 namespace {
@@ -63,16 +63,7 @@ struct Bench {
 
 void run() {
   CudaBackend gpu(0);
-  BackendLimits limits;
-  limits.max_num_tokens = 8192;
-  limits.max_num_seqs = 512;
-  limits.max_model_len = 4096;
-  limits.max_logits_rows = 512;
-  limits.num_heads = 16;
-  limits.num_kv_heads = 8;
-  limits.head_dim = 128;
-  limits.vocab_size = 151936;
-  gpu.reserve(limits);
+  gpu.reserve(test::qwen3_0_6b_bench_limits());
   Bench b{gpu, {}, gpu.measure_read_bandwidth_gbs(size_t{2} << 30)};
   std::printf("%s, read bandwidth %.0f GB/s (floors below use it)\n", gpu.device_name().c_str(), b.read_gbs);
 

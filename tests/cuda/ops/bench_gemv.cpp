@@ -15,7 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
-#include "tests/cuda/ops/graph_timer.h"
+#include "tests/cuda/ops/bench_support.h"
 
 namespace nanovllm {
 namespace {
