@@ -72,10 +72,13 @@ std::pair<double, double> run_all(LLMEngine& engine, const std::vector<std::vect
 }
 
 // The bytes a decode step cannot avoid reading: all weights once per step, and every cached K/V byte of
-// every sequence in it. Over the measured read bandwidth this is the workload's floor.
+// every sequence in it (summed over the tensor-parallel ranks, replicated KV heads included). Over the
+// measured read bandwidth this is the workload's floor.
 double workload_floor_bytes(const Workload& w, const LLMEngine& engine) {
   const ModelConfig& m = engine.model_config();
-  const double kv_per_token = 2.0 * m.num_hidden_layers * m.num_key_value_heads * m.head_dim * 2;  // bf16
+  const int tp = engine.config().tensor_parallel_size;
+  const int kv_heads = std::max(m.num_key_value_heads, tp);  // fewer KV heads than ranks: each rank keeps one
+  const double kv_per_token = 2.0 * m.num_hidden_layers * kv_heads * m.head_dim * 2;  // bf16
   double kv = 0;
   int longest = 0;
   for (size_t i = 0; i < w.prompts.size(); ++i) {
@@ -148,9 +151,11 @@ int run_bench(const BenchArgs& a) {
               w.prompts.size(), total_tokens, total, total_tokens / total,
               static_cast<long long>(engine.num_preemptions()));
   if (auto gbs = measure_read_bandwidth_gbs(engine.runner_backend())) {
-    const double floor_s = workload_floor_bytes(w, engine) / (*gbs * 1e9);
-    std::printf("memory floor: %.2f TB at %.0f GB/s measured = %.2f s; this run: %.1f%% of the floor's speed\n",
-                workload_floor_bytes(w, engine) / 1e12, *gbs, floor_s, 100.0 * floor_s / total);
+    // Tensor-parallel ranks read their shards at once: the floor divides by the number of GPUs.
+    const int gpus = config.tensor_parallel_size;
+    const double floor_s = workload_floor_bytes(w, engine) / (*gbs * 1e9 * gpus);
+    std::printf("memory floor: %.2f TB at %.0f GB/s measured x %d GPU(s) = %.2f s; this run: %.1f%% of the floor's speed\n",
+                workload_floor_bytes(w, engine) / 1e12, *gbs, gpus, floor_s, 100.0 * floor_s / total);
   }
   return 0;
 }

@@ -75,8 +75,9 @@ class Backend {
   // Copies numel host elements of src_dtype (F32, BF16 or F16) into dst, converting to compute_dtype().
   virtual void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) = 0;
 
-  // out[t] = table[ids[t]]. ids are already range-checked by the engine.
-  virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+  // out[t] = table[ids[t] - vocab_start] when that row exists, else zeros: table may hold only the rows
+  // [vocab_start, vocab_start + rows) of a vocabulary-parallel rank. ids are range-checked by the engine.
+  virtual void embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) = 0;
   // out = x / rms(x) * weight, per row; x [T, H].
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
   // residual += x; out = rms_norm(residual) * weight. Fused because both are memory-bound.
@@ -100,6 +101,9 @@ class Backend {
   virtual void silu_and_mul(const Tensor& gate_up, Tensor& out) = 0;
   // out [R, H] = x[rows[r]].
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
+  // Joins column chunks: parts [P, R, C] and out [R, N] with N <= P * C, both F32; out[r, p * C + j] =
+  // parts[p, r, j] for every p * C + j < N (the tensor-parallel ranks' slices of the logits).
+  virtual void concat_column_chunks(const Tensor& parts, Tensor& out) = 0;
 
   // logits[rows[i], tokens[i]] = value for every i (rows, tokens I32 [n]): bans tokens before sampling, e.g.
   // EOS while a request is still under its min_tokens.

@@ -1,12 +1,19 @@
 #include "engine/device_support.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "backend/cpu/cpu_backend.h"
 #include "common/error.h"
+#include "parallel/host_communicator.h"
 
 #ifdef NANOVLLM_HAVE_CUDA
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_backend.h"
+#endif
+#ifdef NANOVLLM_HAVE_NCCL
+#include "parallel/nccl_communicator.h"
 #endif
 
 namespace nanovllm {
@@ -38,6 +45,50 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
 #endif
   }
   throw InvalidInput("unknown device '" + device + "' (expected auto, cpu or cuda)");
+}
+
+std::vector<std::unique_ptr<Backend>> make_rank_backends(const std::string& device, int size) {
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::unique_ptr<Backend> first = make_backend(device);
+  const bool on_cpu = dynamic_cast<CpuBackend*>(first.get()) != nullptr;
+  if (size == 1) {
+    backends.push_back(std::move(first));
+    return backends;
+  }
+  if (on_cpu) {
+    // Ranks run at once: each gets its share of the cores rather than all of them.
+    const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / size);
+    for (int r = 0; r < size; ++r) backends.push_back(std::make_unique<CpuBackend>(threads));
+    return backends;
+  }
+#ifdef NANOVLLM_HAVE_CUDA
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  if (count < size)
+    throw InvalidInput("tensor_parallel_size " + std::to_string(size) + " needs " + std::to_string(size) +
+                       " GPUs, but " + std::to_string(count) + " are visible");
+  first.reset();
+  for (int r = 0; r < size; ++r) backends.push_back(std::make_unique<CudaBackend>(r));
+#endif
+  return backends;
+}
+
+std::unique_ptr<CommunicatorGroup> make_communicator_group(const std::vector<Backend*>& backends) {
+  const int size = static_cast<int>(backends.size());
+  if (dynamic_cast<CpuBackend*>(backends.at(0))) return std::make_unique<HostCommunicatorGroup>(size);
+#ifdef NANOVLLM_HAVE_NCCL
+  std::vector<int> devices;
+  std::vector<cudaStream_t> streams;
+  for (Backend* b : backends) {
+    auto& cuda = dynamic_cast<CudaBackend&>(*b);
+    devices.push_back(cuda.device_index());
+    streams.push_back(cuda.stream());
+  }
+  return std::make_unique<NcclCommunicatorGroup>(devices, streams);
+#else
+  throw InvalidInput("tensor_parallel_size " + std::to_string(size) +
+                     " on GPUs needs NCCL, which this build did not find (the CPU backend runs it without)");
+#endif
 }
 
 std::optional<DeviceMemory> device_memory(Backend& backend) {

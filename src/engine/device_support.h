@@ -6,8 +6,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
+#include "parallel/communicator.h"
 
 namespace nanovllm {
 
@@ -15,6 +17,11 @@ namespace nanovllm {
 // "cuda" without a GPU.
 std::unique_ptr<Backend> make_backend(const std::string& device);
 bool cuda_available();
+// The backends of a tensor-parallel group, rank r on GPU r (or `size` CPU backends sharing the cores).
+// Throws InvalidInput when fewer GPUs are visible than ranks asked for.
+std::vector<std::unique_ptr<Backend>> make_rank_backends(const std::string& device, int size);
+// Communicators for those backends: NCCL between GPUs, host memory between CPU ranks.
+std::unique_ptr<CommunicatorGroup> make_communicator_group(const std::vector<Backend*>& backends);
 
 struct DeviceMemory {
   size_t free_bytes = 0;

@@ -52,23 +52,24 @@ LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
   if (std::filesystem::is_directory(dir) && std::filesystem::exists(dir / "tokenizer.json"))
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_model_dir(dir));
 
-  if (config_.tensor_parallel_size != 1)
-    throw InvalidInput("tensor_parallel_size " + std::to_string(config_.tensor_parallel_size) +
-                       " is not supported yet (only 1)");
   std::unique_ptr<WeightSource> weights;
   if (config_.load_dummy_weights) {
     weights = std::make_unique<DummyWeights>(model_config_, config_.seed);
   } else {
     weights = std::make_unique<CheckpointWeights>(CheckpointReader::open(dir));
   }
-  runner_ = std::make_unique<ModelRunner>(config_, model_config_, make_backend(config_.device), *weights);
-  scheduler_ = std::make_unique<Scheduler>(config_, runner_->num_kvcache_blocks(), model_config_.eos_token_ids);
+  executor_ = std::make_unique<ModelExecutor>(config_, model_config_, *weights);
+  scheduler_ = std::make_unique<Scheduler>(config_, executor_->num_kvcache_blocks(), model_config_.eos_token_ids);
   startup_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 LLMEngine::~LLMEngine() = default;
 
-std::string LLMEngine::backend_name() const { return runner_->backend().name(); }
+std::string LLMEngine::backend_name() const {
+  const std::string name = executor_->backend().name();
+  const int tp = executor_->tensor_parallel_size();
+  return tp == 1 ? name : name + " x" + std::to_string(tp) + " (tensor parallel over " + executor_->communicator() + ")";
+}
 
 int64_t LLMEngine::add_request(const Prompt& prompt, SamplingParams params) {
   params.validate();
@@ -121,7 +122,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   const auto start = std::chrono::steady_clock::now();
   ScheduledBatch batch = scheduler_->schedule();
   if (!batch.empty()) {
-    StepOutput out = runner_->run(batch);
+    StepOutput out = executor_->run(batch);
     for (const auto& p : out.prompt_logprobs) {
       Request& req = *requests_.at(batch.items[p.item].seq->seq_id);
       (*req.output.prompt_logprobs)[p.position] = p.entry;

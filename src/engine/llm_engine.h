@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/model_runner.h"
+#include "engine/model_executor.h"
 #include "engine/scheduler.h"
 #include "model/hf_config.h"
 #include "nanovllm/config.h"
@@ -53,10 +53,10 @@ class LLMEngine {
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const StepStats& last_step() const { return last_step_; }
   std::string backend_name() const;
-  Backend& runner_backend() { return runner_->backend(); }
-  int num_kvcache_blocks() const { return runner_->num_kvcache_blocks(); }
-  size_t kv_cache_bytes() const { return runner_->kv_cache_bytes(); }
-  size_t weight_bytes() const { return runner_->model().weight_bytes(); }
+  Backend& runner_backend() { return executor_->backend(); }  // rank 0's
+  int num_kvcache_blocks() const { return executor_->num_kvcache_blocks(); }
+  size_t kv_cache_bytes() const { return executor_->kv_cache_bytes(); }  // all ranks
+  size_t weight_bytes() const { return executor_->weight_bytes(); }      // all ranks
   double startup_seconds() const { return startup_seconds_; }
   int64_t num_preemptions() const { return scheduler_->num_preemptions(); }
 
@@ -67,7 +67,7 @@ class LLMEngine {
   EngineConfig config_;
   ModelConfig model_config_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<ModelExecutor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
   std::vector<RequestOutput> aborted_;

@@ -15,21 +15,26 @@ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 }  // namespace
 
 ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_config, std::unique_ptr<Backend> backend,
-                         WeightSource& weights)
-    : config_(config), model_config_(model_config), backend_(std::move(backend)) {
+                         WeightSource& weights, Communicator* comm)
+    : config_(config),
+      model_config_(model_config),
+      shard_(ShardLayout::of(model_config, comm ? comm->rank() : 0, comm ? comm->size() : 1)),
+      comm_(comm),
+      driver_(shard_.rank == 0),
+      backend_(std::move(backend)) {
   max_logits_rows_ = config.max_num_seqs;
   BackendLimits limits;
   limits.max_num_tokens = config.max_num_batched_tokens;
   limits.max_num_seqs = config.max_num_seqs;
   limits.max_model_len = config.max_model_len;
   limits.max_logits_rows = max_logits_rows_;
-  limits.num_heads = model_config.num_attention_heads;
-  limits.num_kv_heads = model_config.num_key_value_heads;
+  limits.num_heads = shard_.num_heads;
+  limits.num_kv_heads = shard_.num_kv_heads;
   limits.head_dim = model_config.head_dim;
   limits.vocab_size = model_config.vocab_size;
   backend_->reserve(limits);
 
-  model_ = std::make_unique<Qwen3Model>(model_config, *backend_, weights, config.max_num_batched_tokens,
+  model_ = std::make_unique<Qwen3Model>(model_config, shard_, comm_, *backend_, weights, config.max_num_batched_tokens,
                                         max_logits_rows_, config.max_model_len);
   StepLimits step_limits;
   step_limits.max_num_tokens = config.max_num_batched_tokens;
@@ -39,7 +44,7 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
   meta_ = std::make_unique<StepMetadata>(*backend_, step_limits);
 
   const size_t R = max_logits_rows_, V = model_config.vocab_size, K = SamplingParams::kMaxLogprobs;
-  logits_buf_ = backend_->allocate(R * V * 4);
+  if (driver_) logits_buf_ = backend_->allocate(R * V * 4);
   sampled_buf_ = backend_->allocate(R * 4);
   rows_buf_ = backend_->allocate(R * 4);
   targets_buf_ = backend_->allocate(R * 4);
@@ -57,8 +62,12 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
 ModelRunner::~ModelRunner() = default;
 
 size_t ModelRunner::kv_block_bytes() const {
-  return 2ull * model_config_.num_hidden_layers * config_.kvcache_block_size * model_config_.num_key_value_heads *
+  return 2ull * model_config_.num_hidden_layers * config_.kvcache_block_size * shard_.num_kv_heads *
          model_config_.head_dim * dtype_size(backend_->compute_dtype());
+}
+
+Tensor ModelRunner::logits_view(int n) const {
+  return driver_ ? logits_buf_.view(DType::F32, {n, model_config_.vocab_size}) : Tensor{};
 }
 
 // As nano-vLLM: on a GPU the cache takes what is left of gpu_memory_utilization × total once weights and
@@ -83,9 +92,11 @@ void ModelRunner::allocate_kv_cache() {
       blocks = std::max<long long>(blocks, 1);
     }
   }
+  // Ranks differ a little in free memory (rank 0 also holds the gathered logits): all take the smallest.
+  if (comm_) blocks = comm_->min_over_ranks(blocks);
   num_kvcache_blocks_ = static_cast<int>(blocks);
   const int64_t nb = num_kvcache_blocks_, bs = config_.kvcache_block_size;
-  const int64_t nkv = model_config_.num_key_value_heads, d = model_config_.head_dim;
+  const int64_t nkv = shard_.num_kv_heads, d = model_config_.head_dim;
   for (int l = 0; l < model_config_.num_hidden_layers; ++l) {
     KvCacheLayer layer;
     for (Tensor* t : {&layer.k, &layer.v}) {
@@ -165,10 +176,9 @@ void ModelRunner::capture_graphs() {
   meta_->cu_seqlens_q()[0] = 0;
   pad_decode_rows(0, max_bs);
   meta_->upload(max_bs);
-  const int V = model_config_.vocab_size;
-  graphs_ = capture_decode_graphs(*backend_, buckets, [this, V](int b) {
+  graphs_ = capture_decode_graphs(*backend_, buckets, [this](int b) {
     model_->forward(step_tensors(b, b, 1, config_.max_model_len, true), kv_cache_);
-    Tensor logits = logits_buf_.view(DType::F32, {b, V});
+    Tensor logits = logits_view(b);
     model_->logits(meta_->logits_rows_tensor(b), logits);
   });
 }
@@ -236,27 +246,32 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
     model_->forward(step_tensors(t, num_seqs, max_q, max_k, decode_only), kv_cache_);
   }
 
+  // Every rank makes the same lm_head calls (they gather to rank 0); only the driver samples and scores.
   StepOutput out;
   if (num_samples > 0) {
-    Tensor logits = logits_buf_.view(DType::F32, {num_samples, model_config_.vocab_size});
+    Tensor logits = logits_view(num_samples);
     if (bucket == 0) model_->logits(meta_->logits_rows_tensor(num_samples), logits);
-    const bool banned = ban_early_stops(batch, logits);
-    Tensor ids = sampled_buf_.view(DType::I32, {num_samples});
-    backend_->sample(logits, meta_->sampler_inputs(num_samples), ids);
-    out.sampled.resize(num_samples);
-    backend_->download(ids.data, out.sampled.data(), num_samples * sizeof(int32_t));
-    out.sampled_logprobs.resize(num_samples);
+    const Bans bans = early_stop_bans(batch);
+    if (driver_) {
+      apply_bans(bans, logits);
+      Tensor ids = sampled_buf_.view(DType::I32, {num_samples});
+      backend_->sample(logits, meta_->sampler_inputs(num_samples), ids);
+      out.sampled.resize(num_samples);
+      backend_->download(ids.data, out.sampled.data(), num_samples * sizeof(int32_t));
+      out.sampled_logprobs.resize(num_samples);
+    }
     if (want_sample_logprobs) {
-      if (banned) {  // logprobs come from the raw logits: recompute the rows the bans changed
+      if (!bans.rows.empty()) {  // logprobs come from the raw logits: recompute the rows the bans changed
         std::vector<int32_t> rows(num_samples);
         for (int r = 0; r < num_samples; ++r) rows[r] = meta_->logits_rows()[r];
         score_rows(rows, out.sampled, want_k, out.sampled_logprobs);
-      } else {
+      } else if (driver_) {
         logprobs_of(logits, out.sampled.data(), want_k, out.sampled_logprobs.data());
       }
       // Keep only what each request asked for.
       int r = 0;
       for (const ScheduledSequence& item : batch.items) {
+        if (!driver_) break;
         if (!item.samples) continue;
         const auto& k = item.seq->params.logprobs;
         if (!k) out.sampled_logprobs[r].clear();
@@ -268,7 +283,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   if (!prompt_rows.empty()) {
     std::vector<PositionLogprobs> entries;
     score_rows(prompt_rows, prompt_targets, want_k, entries);
-    for (size_t i = 0; i < entries.size(); ++i) {
+    for (size_t i = 0; driver_ && i < entries.size(); ++i) {
       const auto [item, position] = prompt_where[i];
       entries[i].resize(1 + static_cast<size_t>(*batch.items[item].seq->params.prompt_logprobs));
       out.prompt_logprobs.push_back({item, position, std::move(entries[i])});
@@ -277,8 +292,8 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   return out;
 }
 
-bool ModelRunner::ban_early_stops(const ScheduledBatch& batch, Tensor& logits) {
-  std::vector<int32_t> rows, tokens;
+ModelRunner::Bans ModelRunner::early_stop_bans(const ScheduledBatch& batch) const {
+  Bans bans;
   int r = 0;
   for (const ScheduledSequence& item : batch.items) {
     if (!item.samples) continue;
@@ -287,8 +302,8 @@ bool ModelRunner::ban_early_stops(const ScheduledBatch& batch, Tensor& logits) {
     if (seq.num_completion_tokens() < sp.min_tokens) {
       auto ban = [&](int32_t token) {
         if (token < 0 || token >= model_config_.vocab_size) return;
-        rows.push_back(r);
-        tokens.push_back(token);
+        bans.rows.push_back(r);
+        bans.tokens.push_back(token);
       };
       if (!sp.ignore_eos)
         for (int32_t eos : model_config_.eos_token_ids) ban(eos);
@@ -296,27 +311,29 @@ bool ModelRunner::ban_early_stops(const ScheduledBatch& batch, Tensor& logits) {
     }
     ++r;
   }
+  return bans;
+}
+
+void ModelRunner::apply_bans(const Bans& bans, Tensor& logits) {
   const size_t capacity = static_cast<size_t>(max_logits_rows_) * kBansPerRow;
-  for (size_t begin = 0; begin < rows.size(); begin += capacity) {
-    const int n = static_cast<int>(std::min(capacity, rows.size() - begin));
-    backend_->upload(rows.data() + begin, ban_rows_buf_.data(), n * sizeof(int32_t));
-    backend_->upload(tokens.data() + begin, ban_tokens_buf_.data(), n * sizeof(int32_t));
+  for (size_t begin = 0; begin < bans.rows.size(); begin += capacity) {
+    const int n = static_cast<int>(std::min(capacity, bans.rows.size() - begin));
+    backend_->upload(bans.rows.data() + begin, ban_rows_buf_.data(), n * sizeof(int32_t));
+    backend_->upload(bans.tokens.data() + begin, ban_tokens_buf_.data(), n * sizeof(int32_t));
     backend_->set_logits(logits, ban_rows_buf_.view(DType::I32, {n}), ban_tokens_buf_.view(DType::I32, {n}),
                          -std::numeric_limits<float>::infinity());
   }
-  return !rows.empty();
 }
 
 void ModelRunner::score_rows(const std::vector<int32_t>& rows, const std::vector<int32_t>& targets, int k,
                              std::vector<PositionLogprobs>& out) {
   out.resize(rows.size());
-  const int V = model_config_.vocab_size;
   for (size_t begin = 0; begin < rows.size(); begin += max_logits_rows_) {
     const int n = static_cast<int>(std::min<size_t>(max_logits_rows_, rows.size() - begin));
     backend_->upload(rows.data() + begin, rows_buf_.data(), n * sizeof(int32_t));
-    Tensor logits = logits_buf_.view(DType::F32, {n, V});
+    Tensor logits = logits_view(n);
     model_->logits(rows_buf_.view(DType::I32, {n}), logits);
-    logprobs_of(logits, targets.data() + begin, k, out.data() + begin);
+    if (driver_) logprobs_of(logits, targets.data() + begin, k, out.data() + begin);
   }
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // Runs one scheduled step on one backend: fills the step's flat metadata, runs the model, samples the next
 // token of every sequence that finished its prompt chunk, and computes the logprobs requests asked for.
+// Under tensor parallelism there is one runner per rank, all running the same steps at once; each computes
+// its shard, and only rank 0's (the driver's) logits, samples and logprobs exist.
 #include <memory>
 #include <optional>
 #include <vector>
@@ -31,10 +33,12 @@ struct StepOutput {
 
 class ModelRunner {
  public:
+  // comm: null for a single rank.
   ModelRunner(const EngineConfig& config, const ModelConfig& model_config, std::unique_ptr<Backend> backend,
-              WeightSource& weights);
+              WeightSource& weights, Communicator* comm = nullptr);
   ~ModelRunner();
 
+  // On ranks other than 0 the output is empty.
   StepOutput run(const ScheduledBatch& batch);
 
   int num_kvcache_blocks() const { return num_kvcache_blocks_; }
@@ -51,6 +55,8 @@ class ModelRunner {
   // Device views of the step metadata for a step of this shape.
   StepTensors step_tensors(int num_tokens, int num_seqs, int max_seqlen_q, int max_seqlen_k, bool decode_only) const;
   size_t kv_block_bytes() const;
+  // logits_buf_ viewed as [n, V] on the driver; empty on the other ranks (they only send their chunk).
+  Tensor logits_view(int n) const;
   // Token rows' logits in chunks of max_logits_rows, then their logprobs against `targets`.
   void score_rows(const std::vector<int32_t>& rows, const std::vector<int32_t>& targets, int k,
                   std::vector<PositionLogprobs>& out);
@@ -59,6 +65,9 @@ class ModelRunner {
 
   EngineConfig config_;
   ModelConfig model_config_;
+  ShardLayout shard_;
+  Communicator* comm_;
+  bool driver_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Qwen3Model> model_;
   std::unique_ptr<StepMetadata> meta_;
@@ -73,10 +82,14 @@ class ModelRunner {
   Buffer ban_rows_buf_, ban_tokens_buf_;  // (row, token) pairs masked before sampling
   static constexpr int kBansPerRow = 8;
 
-  // -inf for EOS and stop tokens of rows whose request has not reached min_tokens (vLLM's semantics: they
-  // cannot be sampled yet).
-  // Returns whether anything was banned (then the logits are no longer the raw ones).
-  bool ban_early_stops(const ScheduledBatch& batch, Tensor& logits);
+  // (row, token) pairs: EOS and stop tokens of rows whose request has not reached min_tokens (vLLM's
+  // semantics: they cannot be sampled yet). The same on every rank.
+  struct Bans {
+    std::vector<int32_t> rows, tokens;
+  };
+  Bans early_stop_bans(const ScheduledBatch& batch) const;
+  // Sets the banned logits to -inf (driver only).
+  void apply_bans(const Bans& bans, Tensor& logits);
   std::unique_ptr<DecodeGraphs> graphs_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/error.h"
 #include "common/half_float.h"
 
 namespace nanovllm {
@@ -31,6 +32,18 @@ uint64_t name_key(uint64_t seed, const std::string& name) {
 void fill_dummy_bf16(const ParameterSpec& spec, uint64_t seed, const DummyWeightScales& scales, uint16_t* out) {
   int64_t numel = 1;
   for (int64_t d : spec.shape) numel *= d;
+  const int64_t rows = spec.shape.empty() ? 1 : spec.shape[0];
+  fill_dummy_bf16_block(spec, seed, scales, 0, rows, 0, rows == 0 ? 0 : numel / rows, out);
+}
+
+void fill_dummy_bf16_block(const ParameterSpec& spec, uint64_t seed, const DummyWeightScales& scales,
+                           int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end, uint16_t* out) {
+  int64_t numel = 1;
+  for (int64_t d : spec.shape) numel *= d;
+  const int64_t rows = spec.shape.empty() ? 1 : spec.shape[0];
+  const int64_t cols = rows == 0 ? 0 : numel / rows;
+  if (row_begin < 0 || row_begin > row_end || row_end > rows || col_begin < 0 || col_begin > col_end || col_end > cols)
+    throw EngineError("fill_dummy_bf16_block: block outside '" + spec.name + "'");
   // Uniform on (center - half_width, center + half_width); a uniform of std s has half width s * sqrt(3).
   const float sqrt3 = std::sqrt(3.0f);
   float center = 0.0f, half_width = 0.0f;
@@ -51,11 +64,15 @@ void fill_dummy_bf16(const ParameterSpec& spec, uint64_t seed, const DummyWeight
       break;
   }
   const uint64_t key = name_key(seed, spec.name);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < numel; ++i) {
-    const uint64_t bits = mix64(key + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull);
-    const float unit = (static_cast<float>(bits >> 40) + 0.5f) * (2.0f / 16777216.0f) - 1.0f;  // (-1, 1)
-    out[i] = float_to_bf16(center + half_width * unit);
+  const int64_t width = col_end - col_begin;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    for (int64_t c = col_begin; c < col_end; ++c) {
+      const uint64_t i = static_cast<uint64_t>(r * cols + c);  // element index in the whole parameter
+      const uint64_t bits = mix64(key + i * 0x9E3779B97F4A7C15ull);
+      const float unit = (static_cast<float>(bits >> 40) + 0.5f) * (2.0f / 16777216.0f) - 1.0f;  // (-1, 1)
+      out[(r - row_begin) * width + (c - col_begin)] = float_to_bf16(center + half_width * unit);
+    }
   }
 }
 

@@ -18,5 +18,10 @@ struct DummyWeightScales {
 
 // Fills out[0, numel) with BF16 values of `spec` (numel must equal its element count). OpenMP-parallel.
 void fill_dummy_bf16(const ParameterSpec& spec, uint64_t seed, const DummyWeightScales& scales, uint16_t* out);
+// The same values, only the block rows [row_begin, row_end) × columns [col_begin, col_end) of the parameter
+// seen as [shape[0], rest] (a 1-D parameter is one column), row-major into out: a tensor-parallel rank
+// generates just its shard.
+void fill_dummy_bf16_block(const ParameterSpec& spec, uint64_t seed, const DummyWeightScales& scales,
+                           int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end, uint16_t* out);
 
 }  // namespace nanovllm

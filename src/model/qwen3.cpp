@@ -15,17 +15,38 @@ Tensor Qwen3Model::allocate(DType dtype, std::initializer_list<int64_t> shape) {
   return storage_.back().view(dtype, shape);
 }
 
-Tensor Qwen3Model::load(WeightSource& weights, const std::vector<std::string>& names,
-                        const std::vector<std::vector<int64_t>>& part_shapes, std::initializer_list<int64_t> shape) {
+Qwen3Model::Part Qwen3Model::whole(std::string name, std::vector<int64_t> shape) {
+  const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
+  return Part{std::move(name), std::move(shape), {0, rows}, {0, cols}};
+}
+
+Qwen3Model::Part Qwen3Model::row_block(std::string name, std::vector<int64_t> shape, int64_t begin, int64_t count) {
+  Part p = whole(std::move(name), std::move(shape));
+  p.rows = {begin, begin + count};
+  return p;
+}
+
+Qwen3Model::Part Qwen3Model::column_block(std::string name, std::vector<int64_t> shape, int64_t begin, int64_t count) {
+  Part p = whole(std::move(name), std::move(shape));
+  p.cols = {begin, begin + count};
+  return p;
+}
+
+Tensor Qwen3Model::load(WeightSource& weights, const std::vector<Part>& parts, std::initializer_list<int64_t> shape) {
   Tensor t = allocate(backend_.compute_dtype(), shape);
+  const size_t elem = dtype_size(t.dtype);
   size_t offset = 0;
-  for (size_t i = 0; i < names.size(); ++i) {
-    HostTensor src = weights.get(names[i], part_shapes[i]);
+  for (const Part& part : parts) {
+    HostTensor src = weights.get_block(part.name, part.shape, part.rows, part.cols);
     const int64_t n = src.view.numel();
-    if (offset + static_cast<size_t>(n) * dtype_size(t.dtype) > t.bytes())
-      throw EngineError("Qwen3Model: tensor '" + names[i] + "' overflows its fused parameter");
+    if (offset + static_cast<size_t>(n) * elem > t.bytes())
+      throw EngineError("Qwen3Model: tensor '" + part.name + "' overflows its fused parameter");
     backend_.upload_converted(src.view.data, src.view.dtype, static_cast<char*>(t.data) + offset, n);
-    offset += static_cast<size_t>(n) * dtype_size(t.dtype);
+    offset += static_cast<size_t>(n) * elem;
+  }
+  if (offset < t.bytes()) {
+    const std::vector<char> zeros(t.bytes() - offset, 0);
+    backend_.upload(zeros.data(), static_cast<char*>(t.data) + offset, zeros.size());
   }
   weight_bytes_ += t.bytes();
   return t;
@@ -52,58 +73,79 @@ void Qwen3Model::build_rope_table(int max_model_len) {
   backend_.upload(table.data(), rope_.data, rope_.bytes());
 }
 
-Qwen3Model::Qwen3Model(const ModelConfig& config, Backend& backend, WeightSource& weights, int max_num_tokens,
-                       int max_logits_rows, int max_model_len)
-    : config_(config), backend_(backend) {
+Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Communicator* comm, Backend& backend,
+                       WeightSource& weights, int max_num_tokens, int max_logits_rows, int max_model_len)
+    : config_(config), shard_(shard), comm_(comm), backend_(backend) {
+  if (shard.sharded() != (comm != nullptr) || (comm && (comm->rank() != shard.rank || comm->size() != shard.size)))
+    throw EngineError("Qwen3Model: the shard layout does not match the communicator");
   const int64_t H = config.hidden_size, I = config.intermediate_size, V = config.vocab_size;
   const int64_t d = config.head_dim, q = config.q_size(), kv = config.kv_size();
-  const int64_t qkv = q + 2 * kv;
+  // This rank's slices: query heads, KV heads, MLP columns, vocabulary rows.
+  const int64_t q_begin = static_cast<int64_t>(shard.rank) * shard.num_heads * d, q_local = shard.num_heads * d;
+  const int64_t kv_begin = static_cast<int64_t>(shard.kv_head_start) * d, kv_local = shard.num_kv_heads * d;
+  const int64_t i_begin = shard.rank * shard.intermediate, i_local = shard.intermediate;
+  const int64_t qkv_local = q_local + 2 * kv_local, Vc = shard.vocab_chunk;
 
-  embed_tokens_ = load(weights, {"model.embed_tokens.weight"}, {{V, H}}, {V, H});
+  embed_tokens_ = load(weights, {row_block("model.embed_tokens.weight", {V, H}, shard.vocab_start, shard.vocab_rows)},
+                       {Vc, H});
   layers_.resize(config.num_hidden_layers);
   for (int i = 0; i < config.num_hidden_layers; ++i) {
     Layer& L = layers_[i];
-    L.input_norm = load(weights, {layer_name(i, "input_layernorm.weight")}, {{H}}, {H});
+    L.input_norm = load(weights, {whole(layer_name(i, "input_layernorm.weight"), {H})}, {H});
+    // Column-parallel: rows of q, k and v (and of their biases).
     L.qkv = load(weights,
-                 {layer_name(i, "self_attn.q_proj.weight"), layer_name(i, "self_attn.k_proj.weight"),
-                  layer_name(i, "self_attn.v_proj.weight")},
-                 {{q, H}, {kv, H}, {kv, H}}, {qkv, H});
+                 {row_block(layer_name(i, "self_attn.q_proj.weight"), {q, H}, q_begin, q_local),
+                  row_block(layer_name(i, "self_attn.k_proj.weight"), {kv, H}, kv_begin, kv_local),
+                  row_block(layer_name(i, "self_attn.v_proj.weight"), {kv, H}, kv_begin, kv_local)},
+                 {qkv_local, H});
     if (config.attention_bias) {
       L.qkv_bias = load(weights,
-                        {layer_name(i, "self_attn.q_proj.bias"), layer_name(i, "self_attn.k_proj.bias"),
-                         layer_name(i, "self_attn.v_proj.bias")},
-                        {{q}, {kv}, {kv}}, {qkv});
+                        {row_block(layer_name(i, "self_attn.q_proj.bias"), {q}, q_begin, q_local),
+                         row_block(layer_name(i, "self_attn.k_proj.bias"), {kv}, kv_begin, kv_local),
+                         row_block(layer_name(i, "self_attn.v_proj.bias"), {kv}, kv_begin, kv_local)},
+                        {qkv_local});
     }
     if (config.qk_norm) {
-      L.q_norm = load(weights, {layer_name(i, "self_attn.q_norm.weight")}, {{d}}, {d});
-      L.k_norm = load(weights, {layer_name(i, "self_attn.k_norm.weight")}, {{d}}, {d});
+      L.q_norm = load(weights, {whole(layer_name(i, "self_attn.q_norm.weight"), {d})}, {d});
+      L.k_norm = load(weights, {whole(layer_name(i, "self_attn.k_norm.weight"), {d})}, {d});
     }
-    L.o_proj = load(weights, {layer_name(i, "self_attn.o_proj.weight")}, {{H, q}}, {H, q});
-    L.post_attention_norm = load(weights, {layer_name(i, "post_attention_layernorm.weight")}, {{H}}, {H});
-    L.gate_up = load(weights, {layer_name(i, "mlp.gate_proj.weight"), layer_name(i, "mlp.up_proj.weight")},
-                     {{I, H}, {I, H}}, {2 * I, H});
-    L.down_proj = load(weights, {layer_name(i, "mlp.down_proj.weight")}, {{H, I}}, {H, I});
+    // Row-parallel: the input columns that match this rank's heads.
+    L.o_proj = load(weights, {column_block(layer_name(i, "self_attn.o_proj.weight"), {H, q}, q_begin, q_local)},
+                    {H, q_local});
+    L.post_attention_norm = load(weights, {whole(layer_name(i, "post_attention_layernorm.weight"), {H})}, {H});
+    L.gate_up = load(weights,
+                     {row_block(layer_name(i, "mlp.gate_proj.weight"), {I, H}, i_begin, i_local),
+                      row_block(layer_name(i, "mlp.up_proj.weight"), {I, H}, i_begin, i_local)},
+                     {2 * i_local, H});
+    L.down_proj = load(weights, {column_block(layer_name(i, "mlp.down_proj.weight"), {H, I}, i_begin, i_local)},
+                       {H, i_local});
   }
-  final_norm_ = load(weights, {"model.norm.weight"}, {{H}}, {H});
-  lm_head_ = config.tie_word_embeddings ? embed_tokens_ : load(weights, {"lm_head.weight"}, {{V, H}}, {V, H});
+  final_norm_ = load(weights, {whole("model.norm.weight", {H})}, {H});
+  lm_head_ = config.tie_word_embeddings
+                 ? embed_tokens_
+                 : load(weights, {row_block("lm_head.weight", {V, H}, shard.vocab_start, shard.vocab_rows)}, {Vc, H});
   build_rope_table(max_model_len);
 
   const DType act = backend.compute_dtype();
   const int64_t T = max_num_tokens;
   residual_ = allocate(act, {T, H});
   hidden_ = allocate(act, {T, H});
-  qkv_out_ = allocate(act, {T, qkv});
-  q_ = allocate(act, {T, q});
-  attn_out_ = allocate(act, {T, q});
+  qkv_out_ = allocate(act, {T, qkv_local});
+  q_ = allocate(act, {T, q_local});
+  attn_out_ = allocate(act, {T, q_local});
   delta_ = allocate(act, {T, H});
-  gate_up_out_ = allocate(act, {T, 2 * I});
-  act_ = allocate(act, {T, I});
+  gate_up_out_ = allocate(act, {T, 2 * i_local});
+  act_ = allocate(act, {T, i_local});
   last_hidden_ = allocate(act, {max_logits_rows, H});
+  if (shard.sharded()) {
+    local_logits_ = allocate(DType::F32, {max_logits_rows, Vc});
+    if (shard.rank == 0) gathered_logits_ = allocate(DType::F32, {shard.size, max_logits_rows, Vc});
+  }
 }
 
 void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cache) {
   const int T = step.num_tokens;
-  const int nh = config_.num_attention_heads, nkv = config_.num_key_value_heads, d = config_.head_dim;
+  const int nh = shard_.num_heads, nkv = shard_.num_kv_heads, d = config_.head_dim;
   const float eps = config_.rms_norm_eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   Backend& b = backend_;
@@ -112,7 +154,8 @@ void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cac
   Tensor q = q_.rows(0, T), attn = attn_out_.rows(0, T), delta = delta_.rows(0, T);
   Tensor gate_up = gate_up_out_.rows(0, T), act = act_.rows(0, T);
 
-  b.embedding(step.input_ids, embed_tokens_, residual);
+  b.embedding(step.input_ids, embed_tokens_, shard_.vocab_start, residual);
+  if (comm_) comm_->all_reduce_sum(residual);  // each token's row came from exactly one rank
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& L = layers_[i];
     if (i == 0) {
@@ -125,10 +168,12 @@ void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cac
                          cache[i], q);
     b.paged_attention(q, cache[i], step.attention, nh, nkv, d, scale, attn);
     b.linear(attn, L.o_proj, Tensor{}, delta);
+    if (comm_) comm_->all_reduce_sum(delta);
     b.add_rms_norm(delta, residual, L.post_attention_norm, eps, hidden);
     b.linear(hidden, L.gate_up, Tensor{}, gate_up);
     b.silu_and_mul(gate_up, act);
     b.linear(act, L.down_proj, Tensor{}, delta);
+    if (comm_) comm_->all_reduce_sum(delta);
   }
   b.add_rms_norm(delta, residual, final_norm_, eps, hidden);
 }
@@ -138,7 +183,13 @@ void Qwen3Model::logits(const Tensor& rows, Tensor& out) {
   if (n > last_hidden_.dim(0)) throw EngineError("Qwen3Model::logits: more rows than reserved");
   Tensor gathered = last_hidden_.rows(0, n);
   backend_.gather_rows(hidden_, rows, gathered);
-  backend_.linear(gathered, lm_head_, Tensor{}, out);
+  if (!comm_) return backend_.linear(gathered, lm_head_, Tensor{}, out);
+  Tensor local = local_logits_.rows(0, n);
+  backend_.linear(gathered, lm_head_, Tensor{}, local);
+  Tensor parts;
+  if (shard_.rank == 0) parts = Tensor(gathered_logits_.data, DType::F32, {shard_.size, n, shard_.vocab_chunk});
+  comm_->gather_to_first(local, parts);
+  if (shard_.rank == 0) backend_.concat_column_chunks(parts, out);
 }
 
 }  // namespace nanovllm

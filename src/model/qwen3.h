@@ -1,11 +1,16 @@
 #pragma once
 // The Qwen3 (and Qwen2) decoder, written once over the Backend op set. It owns the weights (fused QKV and
 // gate/up, uploaded in the backend's compute dtype) and the activation buffers of the largest step.
+// Under tensor parallelism it holds one rank's shard (see ShardLayout) and adds the seeds' collectives: an
+// all-reduce after the vocabulary-parallel embedding, after o_proj and after down_proj (row-parallel), and
+// the lm_head's vocabulary chunks gathered to rank 0.
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/hf_config.h"
+#include "model/shard_layout.h"
 #include "model/weight_source.h"
+#include "parallel/communicator.h"
 
 namespace nanovllm {
 
@@ -20,18 +25,21 @@ struct StepTensors {
 
 class Qwen3Model {
  public:
-  // max_num_tokens / max_logits_rows bound every step; rope positions go up to max_model_len.
-  Qwen3Model(const ModelConfig& config, Backend& backend, WeightSource& weights, int max_num_tokens,
-             int max_logits_rows, int max_model_len);
+  // max_num_tokens / max_logits_rows bound every step; rope positions go up to max_model_len. `comm` is
+  // null for one rank; otherwise shard.rank / shard.size match it.
+  Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Communicator* comm, Backend& backend,
+             WeightSource& weights, int max_num_tokens, int max_logits_rows, int max_model_len);
 
   // Runs the decoder over the step's tokens: K/V are written to `cache` first, then attended through it.
   // The final hidden states stay inside the model for logits().
   void forward(const StepTensors& step, std::vector<KvCacheLayer>& cache);
   // F32 logits [R, V] of the token rows `rows` (I32 [R]) of the last forward(); only these reach the lm_head.
+  // Every rank calls it; only rank 0 receives `out` (other ranks may pass an empty tensor).
   void logits(const Tensor& rows, Tensor& out);
 
   const ModelConfig& config() const { return config_; }
-  size_t weight_bytes() const { return weight_bytes_; }
+  const ShardLayout& shard() const { return shard_; }
+  size_t weight_bytes() const { return weight_bytes_; }  // of this rank
 
  private:
   struct Layer {
@@ -42,14 +50,25 @@ class Qwen3Model {
     Tensor down_proj;
   };
 
+  // A block of one checkpoint tensor: its full shape and the rows × columns this rank holds.
+  struct Part {
+    std::string name;
+    std::vector<int64_t> shape;
+    IndexRange rows, cols;
+  };
+  static Part whole(std::string name, std::vector<int64_t> shape);
+  static Part row_block(std::string name, std::vector<int64_t> shape, int64_t begin, int64_t count);
+  static Part column_block(std::string name, std::vector<int64_t> shape, int64_t begin, int64_t count);
+
   Tensor allocate(DType dtype, std::initializer_list<int64_t> shape);
-  // Uploads the named checkpoint tensors one after another into a fresh tensor of `shape` (fusion by
-  // concatenating rows).
-  Tensor load(WeightSource& weights, const std::vector<std::string>& names,
-              const std::vector<std::vector<int64_t>>& part_shapes, std::initializer_list<int64_t> shape);
+  // Uploads the parts one after another into a fresh tensor of `shape` (fusion by concatenating rows); rows
+  // the parts leave over are zeroed (the padding of the last vocabulary chunk).
+  Tensor load(WeightSource& weights, const std::vector<Part>& parts, std::initializer_list<int64_t> shape);
   void build_rope_table(int max_model_len);
 
   ModelConfig config_;
+  ShardLayout shard_;
+  Communicator* comm_;
   Backend& backend_;
   std::vector<Buffer> storage_;
   size_t weight_bytes_ = 0;
@@ -59,6 +78,8 @@ class Qwen3Model {
 
   // Activations of the largest step.
   Tensor residual_, hidden_, qkv_out_, q_, attn_out_, delta_, gate_up_out_, act_, last_hidden_;
+  // Tensor parallelism: this rank's logits chunk [R, vocab_chunk], and on rank 0 all of them [size, R, chunk].
+  Tensor local_logits_, gathered_logits_;
 };
 
 }  // namespace nanovllm

@@ -1,6 +1,8 @@
 #include "model/weight_source.h"
 
+#include <cstring>
 #include <memory>
+#include <utility>
 
 #include "common/error.h"
 
@@ -14,9 +16,56 @@ void check_shape(const std::string& where, const std::string& name, const std::v
                        shape_to_string(expected));
 }
 
+// Rows and columns of a parameter seen as [shape[0], rest].
+std::pair<int64_t, int64_t> as_matrix(const std::vector<int64_t>& shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  return {rows, rows == 0 ? 0 : numel / rows};
+}
+
+void check_block(const std::string& name, const std::vector<int64_t>& shape, IndexRange rows, IndexRange cols) {
+  const auto [num_rows, num_cols] = as_matrix(shape);
+  if (rows.begin < 0 || rows.begin > rows.end || rows.end > num_rows || cols.begin < 0 || cols.begin > cols.end ||
+      cols.end > num_cols)
+    throw EngineError("weights: block rows [" + std::to_string(rows.begin) + ", " + std::to_string(rows.end) +
+                      ") cols [" + std::to_string(cols.begin) + ", " + std::to_string(cols.end) + ") is outside '" +
+                      name + "' " + shape_to_string(shape));
+}
+
+std::vector<int64_t> block_shape(const std::vector<int64_t>& shape, IndexRange rows, IndexRange cols) {
+  if (shape.size() <= 1) return {rows.size()};
+  return {rows.size(), cols.size()};
+}
+
 }  // namespace
 
 WeightSource::~WeightSource() = default;
+
+HostTensor WeightSource::get_block(const std::string& name, const std::vector<int64_t>& expected_shape, IndexRange rows,
+                                   IndexRange cols) {
+  check_block(name, expected_shape, rows, cols);
+  HostTensor whole = get(name, expected_shape);
+  const auto [num_rows, num_cols] = as_matrix(expected_shape);
+  const size_t elem = dtype_size(whole.view.dtype);
+  const char* base = static_cast<const char*>(whole.view.data);
+  HostTensor out;
+  out.view.dtype = whole.view.dtype;
+  out.view.shape = block_shape(expected_shape, rows, cols);
+  if (cols.begin == 0 && cols.end == num_cols) {  // whole rows: a view, kept alive with the source's data
+    out.view.data = base + static_cast<size_t>(rows.begin * num_cols) * elem;
+    out.owned = whole.owned;
+    return out;
+  }
+  const size_t row_bytes = static_cast<size_t>(cols.size()) * elem;
+  std::shared_ptr<char[]> copy = std::make_shared_for_overwrite<char[]>(row_bytes * static_cast<size_t>(rows.size()));
+  for (int64_t r = 0; r < rows.size(); ++r)
+    std::memcpy(copy.get() + static_cast<size_t>(r) * row_bytes,
+                base + static_cast<size_t>((rows.begin + r) * num_cols + cols.begin) * elem, row_bytes);
+  out.view.data = copy.get();
+  out.owned = std::shared_ptr<void>(copy, copy.get());
+  return out;
+}
 
 std::unique_ptr<CheckpointWeights> CheckpointWeights::open(const std::filesystem::path& dir) {
   return std::make_unique<CheckpointWeights>(CheckpointReader::open(dir));
@@ -33,11 +82,30 @@ DummyWeights::DummyWeights(const ModelConfig& config, uint64_t seed, DummyWeight
   for (size_t i = 0; i < layout_.size(); ++i) index_.emplace(layout_[i].name, i);
 }
 
-HostTensor DummyWeights::get(const std::string& name, const std::vector<int64_t>& expected_shape) {
+const ParameterSpec& DummyWeights::spec_of(const std::string& name, const std::vector<int64_t>& expected_shape) const {
   auto it = index_.find(name);
   if (it == index_.end()) throw InvalidInput("dummy weights have no tensor '" + name + "'");
   const ParameterSpec& spec = layout_[it->second];
   check_shape("dummy weights: ", name, spec.shape, expected_shape);
+  return spec;
+}
+
+HostTensor DummyWeights::get_block(const std::string& name, const std::vector<int64_t>& expected_shape, IndexRange rows,
+                                   IndexRange cols) {
+  const ParameterSpec& spec = spec_of(name, expected_shape);
+  check_block(name, expected_shape, rows, cols);
+  const size_t numel = static_cast<size_t>(rows.size() * (spec.shape.size() <= 1 ? 1 : cols.size()));
+  std::shared_ptr<uint16_t[]> values = std::make_shared_for_overwrite<uint16_t[]>(numel);
+  if (spec.shape.size() <= 1) cols = {0, 1};
+  fill_dummy_bf16_block(spec, seed_, scales_, rows.begin, rows.end, cols.begin, cols.end, values.get());
+  HostTensor out;
+  out.view = HostTensorView{values.get(), DType::BF16, block_shape(spec.shape, rows, cols)};
+  out.owned = std::shared_ptr<void>(values, values.get());
+  return out;
+}
+
+HostTensor DummyWeights::get(const std::string& name, const std::vector<int64_t>& expected_shape) {
+  const ParameterSpec& spec = spec_of(name, expected_shape);
   int64_t numel = 1;
   for (int64_t d : spec.shape) numel *= d;
   std::shared_ptr<uint16_t[]> values = std::make_shared_for_overwrite<uint16_t[]>(static_cast<size_t>(numel));

@@ -22,12 +22,25 @@ struct HostTensor {
   std::shared_ptr<void> owned;
 };
 
+// Half-open index range [begin, end).
+struct IndexRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource();
-  // Throws InvalidInput when the tensor is missing or its shape differs from expected_shape.
+  // Throws InvalidInput when the tensor is missing or its shape differs from expected_shape. Safe to call from
+  // several threads at once (tensor-parallel ranks load concurrently).
   virtual HostTensor get(const std::string& name, const std::vector<int64_t>& expected_shape) = 0;
   virtual bool contains(const std::string& name) const = 0;
+  // The block rows × cols of a parameter seen as [shape[0], rest] (a 1-D parameter has one column), as a
+  // dense row-major tensor of shape [rows, cols] ([rows] for 1-D): one tensor-parallel rank's shard. Row
+  // blocks of a stored tensor are views into it; column blocks are copied.
+  virtual HostTensor get_block(const std::string& name, const std::vector<int64_t>& expected_shape, IndexRange rows,
+                               IndexRange cols);
 };
 
 // The tensors of a checkpoint folder, as stored (F32, BF16 or F16), memory-mapped.
@@ -51,9 +64,14 @@ class DummyWeights : public WeightSource {
 
   HostTensor get(const std::string& name, const std::vector<int64_t>& expected_shape) override;
   bool contains(const std::string& name) const override { return index_.count(name) != 0; }
+  // Generates only the block.
+  HostTensor get_block(const std::string& name, const std::vector<int64_t>& expected_shape, IndexRange rows,
+                       IndexRange cols) override;
   const std::vector<ParameterSpec>& layout() const { return layout_; }
 
  private:
+  const ParameterSpec& spec_of(const std::string& name, const std::vector<int64_t>& expected_shape) const;
+
   uint64_t seed_;
   DummyWeightScales scales_;
   std::vector<ParameterSpec> layout_;

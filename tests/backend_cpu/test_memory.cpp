@@ -82,14 +82,46 @@ TEST(CpuBackendRows, EmbeddingCopiesTheIndexedRows) {
     auto id_t = test::i32_tensor(backend, ids);
     const int64_t t = static_cast<int64_t>(ids.size());
     auto out = poisoned_f32(backend, {t, hidden});
-    backend.embedding(id_t.tensor, table.tensor, out.tensor);
+    backend.embedding(id_t.tensor, table.tensor, 0, out.tensor);
     for (int64_t r = 0; r < t; ++r)
       for (int64_t c = 0; c < hidden; ++c)
         ASSERT_EQ(out.f32()[r * hidden + c], table.f32()[ids[r] * hidden + c]) << r << "," << c;
   }
-  auto bad = test::i32_tensor(backend, {1, 97});
-  auto out = poisoned_f32(backend, {2, hidden});
-  EXPECT_THROW(backend.embedding(bad.tensor, table.tensor, out.tensor), EngineError);
+}
+
+// A vocabulary-parallel rank holds rows [start, start + 97) of a larger vocabulary: its own ids are copied,
+// every other id (below, at the far edge, above) gives a zero row.
+TEST(CpuBackendRows, EmbeddingShardZeroesOtherRanksIds) {
+  CpuBackend backend;
+  std::mt19937 rng(3);
+  const int64_t rows = 97, hidden = 40, start = 200;
+  auto table = random_f32(backend, {rows, hidden}, rng);
+  const std::vector<int32_t> ids = {200, 5, 296, 297, 199, 250, 1000, 201};
+  auto id_t = test::i32_tensor(backend, ids);
+  const int64_t t = static_cast<int64_t>(ids.size());
+  auto out = poisoned_f32(backend, {t, hidden});
+  backend.embedding(id_t.tensor, table.tensor, start, out.tensor);
+  for (int64_t r = 0; r < t; ++r) {
+    const bool mine = ids[r] >= start && ids[r] < start + rows;
+    for (int64_t c = 0; c < hidden; ++c)
+      ASSERT_EQ(out.f32()[r * hidden + c], mine ? table.f32()[(ids[r] - start) * hidden + c] : 0.0f)
+          << "id " << ids[r] << " col " << c;
+  }
+}
+
+// Chunks of C = 5 columns from 3 ranks joined into 13 columns: the last chunk's padding column is dropped.
+TEST(CpuBackendRows, ConcatColumnChunksJoinsRanksSlices) {
+  CpuBackend backend;
+  std::mt19937 rng(4);
+  const int64_t P = 3, R = 7, C = 5, N = 13;
+  auto parts = random_f32(backend, {P, R, C}, rng);
+  auto out = poisoned_f32(backend, {R, N});
+  backend.concat_column_chunks(parts.tensor, out.tensor);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t n = 0; n < N; ++n)
+      ASSERT_EQ(out.f32()[r * N + n], parts.f32()[((n / C) * R + r) * C + n % C]) << r << "," << n;
+  auto too_wide = poisoned_f32(backend, {R, P * C + 1});
+  EXPECT_THROW(backend.concat_column_chunks(parts.tensor, too_wide.tensor), EngineError);
 }
 
 TEST(CpuBackendRows, GatherRowsPicksRowsInOrder) {

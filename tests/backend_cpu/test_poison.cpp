@@ -21,7 +21,7 @@ TEST(CpuPoison, EveryOutputElementIsWritten) {
   auto ids = test::i32_tensor(backend, {3, 0, 100, 7, 7, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 99});
   auto table = random_f32(backend, {vocab, hidden}, rng);
   auto embedded = poisoned_f32(backend, {tokens, hidden});
-  backend.embedding(ids.tensor, table.tensor, embedded.tensor);
+  backend.embedding(ids.tensor, table.tensor, 0, embedded.tensor);
   expect_all_finite(embedded, "embedding");
 
   auto weight = random_f32(backend, {hidden}, rng);

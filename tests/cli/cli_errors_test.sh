@@ -36,6 +36,8 @@ check bad_temperature 1 "temperature must be >= 0" "${gen[@]}" --model "$work/m"
 check bad_top_p 1 "top_p" "${gen[@]}" --model "$work/m" --top-p 1.5 x
 check bad_max_tokens 1 "max_tokens" "${gen[@]}" --model "$work/m" --max-tokens 0 x
 check missing_input 1 "cannot open input file" "${gen[@]}" --model "$work/m" --input "$work/nope.jsonl"
+check unsplittable_tp 1 "tensor_parallel_size 4 does not divide the model's num_attention_heads \(2\)" \
+  "${gen[@]}" --model "$work/m" --tensor-parallel-size 4 x
 
 # Bad requests inside one file: each gets its own error, the good one still runs, exit code 0.
 long=$(python3 -c 'print(",".join(["5"] * 300))')

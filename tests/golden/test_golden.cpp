@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -73,8 +74,9 @@ SamplingParams greedy_params(int k) {
 }
 
 EngineConfig cpu_config(const fs::path& model, int block_size, int max_batched_tokens, int max_seqs,
-                        int num_blocks = -1) {
+                        int num_blocks = -1, int tensor_parallel_size = 1) {
   EngineConfig c;
+  c.tensor_parallel_size = tensor_parallel_size;
   c.num_kvcache_blocks = num_blocks;
   c.model = model.string();
   c.device = "cpu";
@@ -226,6 +228,90 @@ TEST_P(GoldenTest, AbortedRequestsAreReturnedBeforeTheEngineIsFinished) {
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, GoldenTest,
                          ::testing::Values("golden_tied_gqa2", "golden_untied_sharded", "qwen2_bias"));
+
+// Tensor parallelism on the CPU backend (threads over host memory): each rank holds its shard, the
+// collectives join them, and the result must still be HF's to 1e-3 with the same greedy tokens. Covers
+// replicated KV heads (1 KV head over 2 ranks, 2 over 4), an odd vocabulary cut into uneven chunks (701 over
+// 2 and 4), untied and tied lm_heads, and Qwen2's sharded biases.
+struct TensorParallelCase {
+  std::string checkpoint;
+  int size;
+};
+
+class TensorParallelGoldenTest : public ::testing::TestWithParam<TensorParallelCase> {
+ protected:
+  void SetUp() override {
+    model_ = golden_dir() / GetParam().checkpoint;
+    ASSERT_TRUE(fs::exists(model_ / "config.json")) << "checkpoint missing: " << model_;
+    cases_ = load_fixture(fixture_dir() / (GetParam().checkpoint + ".json"), k_);
+  }
+  fs::path model_;
+  std::vector<Case> cases_;
+  int k_ = 0;
+};
+
+TEST_P(TensorParallelGoldenTest, MatchesTransformers) {
+  std::vector<Prompt> prompts;
+  for (const Case& c : cases_) prompts.push_back(Prompt::from_tokens(c.prompt));
+  // All at once, then chunked prefill with few sequences a step (prompt logprobs in several lm_head calls).
+  for (auto [budget, seqs] : {std::pair{4096, 64}, std::pair{40, 3}}) {
+    LLM llm(cpu_config(model_, 16, budget, seqs, -1, GetParam().size));
+    auto outs = llm.generate(prompts, greedy_params(k_));
+    ASSERT_EQ(outs.size(), cases_.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const std::string where = "tp " + std::to_string(GetParam().size) + ", budget " + std::to_string(budget) +
+                                ", prompt " + std::to_string(i);
+      ASSERT_TRUE(outs[i].error.empty()) << outs[i].error;
+      EXPECT_EQ(outs[i].token_ids, cases_[i].greedy) << where;
+      for (size_t t = 0; t < cases_[i].greedy.size(); ++t)
+        EXPECT_NEAR((*outs[i].logprobs)[t][0].second, cases_[i].greedy_logprobs[t], kLogprobTolerance) << where;
+      const auto& plp = *outs[i].prompt_logprobs;
+      for (size_t p = 1; p < plp.size(); ++p)
+        expect_position_matches(plp[p], cases_[i].prompt_logprobs[p], where + " position " + std::to_string(p));
+    }
+  }
+}
+
+// The min_tokens ban is applied on rank 0 only, but the logprobs it forces to be recomputed need every rank.
+TEST_P(TensorParallelGoldenTest, MinTokensBanRecomputesLogprobsOnAllRanks) {
+  const Case& c = cases_.back();
+  SamplingParams p = greedy_params(0);
+  p.prompt_logprobs.reset();
+  p.logprobs = 1;
+  p.stop_token_ids = {c.greedy[0]};
+  p.min_tokens = 2;
+  p.max_tokens = 4;
+  LLM llm(cpu_config(model_, 16, 4096, 8, -1, GetParam().size));
+  auto out = llm.generate({Prompt::from_tokens(c.prompt)}, p);
+  ASSERT_TRUE(out[0].error.empty()) << out[0].error;
+  EXPECT_NE(out[0].token_ids[0], c.greedy[0]);
+  const PositionLogprobs& step0 = (*out[0].logprobs)[0];
+  EXPECT_EQ(step0[1].first, c.greedy[0]);
+  EXPECT_NEAR(step0[1].second, c.greedy_logprobs[0], kLogprobTolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelGoldenTest,
+                         ::testing::Values(TensorParallelCase{"golden_tied_gqa2", 2},
+                                           TensorParallelCase{"golden_untied_sharded", 2},
+                                           TensorParallelCase{"golden_untied_sharded", 4},
+                                           TensorParallelCase{"qwen2_bias", 2}),
+                         [](const auto& info) { return info.param.checkpoint + "_tp" + std::to_string(info.param.size); });
+
+// Head counts the ranks cannot split are refused up front, naming the field.
+TEST(TensorParallelGolden, UnsplittableModelsAreRefused) {
+  const fs::path tied = golden_dir() / "golden_tied_gqa2";  // 2 query heads, 1 KV head
+  const fs::path untied = golden_dir() / "golden_untied_sharded";  // 4 query heads, 2 KV heads, intermediate 160
+  for (auto [model, size, field] : {std::tuple{tied, 4, "num_attention_heads"}, std::tuple{untied, 3, "num_attention_heads"},
+                                    std::tuple{tied, 3, "num_attention_heads"}}) {
+    try {
+      LLM llm(cpu_config(model, 16, 4096, 8, -1, size));
+      ADD_FAILURE() << "tp " << size << " on " << model << " was accepted";
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tensor_parallel_size " + std::to_string(size)), std::string::npos) << e.what();
+    }
+  }
+}
 
 }  // namespace
 }  // namespace nanovllm

@@ -7,6 +7,8 @@
 #   3. GPU unit tests, compute-sanitizer, op benchmarks (tests/cuda/run_on_device.sh)
 #   4. the engine on the GPU against the fixtures of step 1 (test_cuda_golden)
 #   5. nanovllm bench: nano-vLLM's workload, --latency, --prefill (dummy Qwen3-0.6B)
+#   6. tensor parallelism (needs 2-4 GPUs): NCCL and TP-vs-one-GPU tests, then bench and --latency on dummy
+#      Qwen3-8B at TP 1, 2 and 4 (as many as there are GPUs)
 set -u
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 C=.carry
@@ -63,6 +65,28 @@ if [[ " $STEPS " == *" 5 "* ]]; then
   step bench_throughput 200 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --workload "$C/workload.json" --no-progress
   step bench_latency 90 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --latency --no-progress
   step bench_prefill 90 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --prefill --no-progress
+fi
+if [[ " $STEPS " == *" 6 "* ]]; then
+  gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+  step tp_ops 60 "$C/build/tests/cuda/ops/test_cuda_ops" --gtest_filter='*Embedding*:*Concat*'
+  NANOVLLM_GOLDEN_DIR=/tmp/golden NANOVLLM_FIXTURE_DIR="$PWD/tests/fixtures/golden" \
+  NANOVLLM_QWEN3_8B_CONFIG="$C/Qwen3-8B.config.json" \
+    step tp_tests 300 "$C/build/tests/cuda/parallel/test_cuda_tensor_parallel"
+  nv="$C/bin/nanovllm"
+  step bench_0_6b_tp1 120 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --workload "$C/workload.json" --no-progress
+  for tp in 1 2 4; do
+    (( tp <= gpus )) || continue
+    step "bench_8b_tp$tp" 200 "$nv" bench --model "$C/Qwen3-8B.config.json" --workload "$C/workload.json" \
+      --tensor-parallel-size "$tp" --no-progress
+    step "latency_8b_tp$tp" 90 "$nv" bench --model "$C/Qwen3-8B.config.json" --latency --tensor-parallel-size "$tp" \
+      --no-progress
+  done
+  if (( gpus >= 2 )); then  # the same at TP 2 with NCCL for every all-reduce (no peer one-shot path)
+    NANOVLLM_PEER_ALL_REDUCE=0 step bench_8b_tp2_nccl_only 200 "$nv" bench --model "$C/Qwen3-8B.config.json" \
+      --workload "$C/workload.json" --tensor-parallel-size 2 --no-progress
+    NANOVLLM_PEER_ALL_REDUCE=0 step latency_8b_tp2_nccl_only 90 "$nv" bench --model "$C/Qwen3-8B.config.json" \
+      --latency --tensor-parallel-size 2 --no-progress
+  fi
 fi
 tar czf "$OUT/suite.tgz" -C "$W" .
 echo "==== summary: $(cat "$W/gpu.txt") ===="

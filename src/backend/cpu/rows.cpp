@@ -1,4 +1,5 @@
-// Row copies: the embedding lookup and gathering the rows that reach the lm_head.
+// Row copies: the embedding lookup, gathering the rows that reach the lm_head, joining logits chunks.
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/checks.h"
@@ -31,12 +32,43 @@ void copy_indexed_rows(const Tensor& src, const Tensor& index, Tensor& out, cons
 
 }  // namespace
 
-void CpuBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
-  copy_indexed_rows(table, ids, out, "embedding", num_threads_);
+void CpuBackend::embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) {
+  cpu::require_dtype(table, DType::F32, "embedding", "table");
+  cpu::require_dtype(ids, DType::I32, "embedding", "ids");
+  cpu::require_dtype(out, DType::F32, "embedding", "out");
+  const int64_t num_rows = ids.numel(), table_rows = table.dim(0), cols = table.row_elems();
+  cpu::require_matrix(out, num_rows, cols, "embedding", "out");
+  const int32_t* id = ids.as<const int32_t>();
+  const float* in = table.as<const float>();
+  float* dst = out.as<float>();
+#pragma omp parallel for num_threads(num_threads_) schedule(static) if (num_rows * cols > (1 << 15))
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const int64_t row = id[r] - vocab_start;
+    if (row >= 0 && row < table_rows)
+      std::memcpy(dst + r * cols, in + row * cols, static_cast<size_t>(cols) * sizeof(float));
+    else
+      std::memset(dst + r * cols, 0, static_cast<size_t>(cols) * sizeof(float));  // another rank's row
+  }
 }
 
 void CpuBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
   copy_indexed_rows(x, rows, out, "gather_rows", num_threads_);
+}
+
+void CpuBackend::concat_column_chunks(const Tensor& parts, Tensor& out) {
+  cpu::require_dtype(parts, DType::F32, "concat_column_chunks", "parts");
+  cpu::require_dtype(out, DType::F32, "concat_column_chunks", "out");
+  cpu::require(parts.ndim == 3 && out.ndim == 2 && parts.dim(1) == out.dim(0) &&
+                   out.dim(1) <= parts.dim(0) * parts.dim(2),
+               "concat_column_chunks", "parts " + parts.shape_string() + " do not fill out " + out.shape_string());
+  const int64_t P = parts.dim(0), R = parts.dim(1), C = parts.dim(2), N = out.dim(1);
+  const float* in = parts.as<const float>();
+  float* dst = out.as<float>();
+  for (int64_t p = 0; p < P && p * C < N; ++p) {
+    const int64_t width = std::min(C, N - p * C);
+    for (int64_t r = 0; r < R; ++r)
+      std::memcpy(dst + r * N + p * C, in + (p * R + r) * C, static_cast<size_t>(width) * sizeof(float));
+  }
 }
 
 }  // namespace nanovllm

@@ -204,7 +204,7 @@ void CudaBackend::upload_converted(const void* host_src, DType src_dtype, void* 
   destroy_events();
 }
 
-void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
+void CudaBackend::embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) {
   make_current();
   require_dtype(ids, DType::I32, "embedding", "ids");
   require_dtype(table, DType::BF16, "embedding", "table");
@@ -215,7 +215,7 @@ void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out)
           "out " + out.shape_string() + " does not match ids " + ids.shape_string() + " x hidden " +
               std::to_string(hidden));
   cuda::launch_embedding(ids.as<int>(), bf16(table), bf16_mut(out), static_cast<int>(ids.numel()),
-                         static_cast<int>(hidden), stream_);
+                         static_cast<int>(hidden), vocab_start, table.dim(0), stream_);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
@@ -362,6 +362,24 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) 
               x.shape_string());
   cuda::launch_gather_rows(x.data, rows.as<int>(), out.data, static_cast<int>(rows.numel()),
                            static_cast<size_t>(x.row_elems()) * dtype_size(x.dtype), stream_);
+}
+
+// One strided copy per chunk: the copy engine moves it at full bandwidth, and it is captured in graphs.
+void CudaBackend::concat_column_chunks(const Tensor& parts, Tensor& out) {
+  make_current();
+  require_dtype(parts, DType::F32, "concat_column_chunks", "parts");
+  require_dtype(out, DType::F32, "concat_column_chunks", "out");
+  require(parts.ndim == 3 && out.ndim == 2 && parts.dim(1) == out.dim(0) &&
+              out.dim(1) <= parts.dim(0) * parts.dim(2),
+          "concat_column_chunks", "parts " + parts.shape_string() + " do not fill out " + out.shape_string());
+  const int64_t P = parts.dim(0), R = parts.dim(1), C = parts.dim(2), N = out.dim(1);
+  if (R == 0) return;
+  for (int64_t p = 0; p < P && p * C < N; ++p) {
+    const int64_t width = std::min(C, N - p * C);
+    NANOVLLM_CUDA_CHECK(cudaMemcpy2DAsync(out.as<float>() + p * C, N * sizeof(float),
+                                          parts.as<const float>() + p * R * C, C * sizeof(float),
+                                          width * sizeof(float), R, cudaMemcpyDeviceToDevice, stream_));
+  }
 }
 
 void CudaBackend::set_logits(Tensor& logits, const Tensor& rows, const Tensor& tokens, float value) {

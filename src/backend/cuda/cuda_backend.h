@@ -37,7 +37,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) override;
 
-  void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
+  void embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
   void add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) override;
@@ -48,6 +48,7 @@ class CudaBackend final : public Backend {
                        int num_kv_heads, int head_dim, float scale, Tensor& out) override;
   void silu_and_mul(const Tensor& gate_up, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+  void concat_column_chunks(const Tensor& parts, Tensor& out) override;
   void set_logits(Tensor& logits, const Tensor& rows, const Tensor& tokens, float value) override;
   void sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) override;
   void logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob, Tensor& top_ids,

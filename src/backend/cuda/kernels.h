@@ -10,9 +10,10 @@
 
 namespace nanovllm::cuda {
 
-// embedding.cu: out[t, :] = table[ids[t], :]; hidden % 8 == 0.
+// embedding.cu: out[t, :] = table[ids[t] - vocab_start, :], zeros where that row is outside [0, table_rows);
+// hidden % 8 == 0.
 void launch_embedding(const int* ids, const __nv_bfloat16* table, __nv_bfloat16* out, int num_tokens, int hidden,
-                      cudaStream_t stream);
+                      int64_t vocab_start, int64_t table_rows, cudaStream_t stream);
 
 // norm.cu: out = x / rms(x) * weight per row; hidden % 8 == 0, hidden <= kMaxNormHidden. In-place is allowed.
 inline constexpr int kMaxNormHidden = 16384;

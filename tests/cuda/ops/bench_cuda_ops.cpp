@@ -100,7 +100,7 @@ void run() {
     Tensor x = b.tensor(DType::BF16, {t, h}), res = b.tensor(DType::BF16, {t, h}), y = b.tensor(DType::BF16, {t, h});
     Tensor qkv = b.tensor(DType::BF16, {t, (nh + 2 * nkv) * d}), q = b.tensor(DType::BF16, {t, nh * d});
     Tensor gu = b.tensor(DType::BF16, {t, 2 * inter}), act = b.tensor(DType::BF16, {t, inter});
-    b.time("embedding", ts, 2.0 * t * h * 2, [&](int) { gpu.embedding(tid, table, y); });
+    b.time("embedding", ts, 2.0 * t * h * 2, [&](int) { gpu.embedding(tid, table, 0, y); });
     b.time("rms_norm", ts, 2.0 * t * h * 2, [&](int) { gpu.rms_norm(x, norm_w, 1e-6f, y); });
     b.time("add_rms_norm", ts, 4.0 * t * h * 2, [&](int) { gpu.add_rms_norm(x, res, norm_w, 1e-6f, y); });
     b.time("qk_norm_rope_cache", ts, t * (2.0 * (nh + 2 * nkv) * d * 2 + d * 4), [&](int) {

@@ -13,17 +13,32 @@ constexpr double kBf16Tolerance = 1e-2;
 TEST_F(CudaOpsTest, EmbeddingIsExact) {
   for (int hidden : {64, 1024}) {
     for (int tokens : {1, 3, 17, 129}) {
-      const int vocab = 1003;
-      const auto table = random_bf16_values(rng_, int64_t{vocab} * hidden);
-      std::vector<int32_t> ids(tokens);
-      for (auto& id : ids) id = static_cast<int32_t>(rng_() % vocab);
-      ids[0] = vocab - 1;  // the last row
-      Tensor out = gpu_empty(DType::BF16, {tokens, hidden});
-      gpu().embedding(gpu_raw(ids, DType::I32, {tokens}), gpu_bf16(table, {vocab, hidden}), out);
-      Tensor cpu_out = cpu_empty(DType::F32, {tokens, hidden});
-      cpu().embedding(cpu_raw(ids, DType::I32, {tokens}), cpu_f32(table, {vocab, hidden}), cpu_out);
-      EXPECT_EQ(read_gpu(out), read_cpu(cpu_out)) << "hidden " << hidden << " tokens " << tokens;
+      // vocab_start 0: the whole table; 300: a vocabulary-parallel shard, where other ranks' ids give zeros.
+      for (int64_t start : {0, 300}) {
+        const int vocab = 1003;
+        const auto table = random_bf16_values(rng_, int64_t{vocab} * hidden);
+        std::vector<int32_t> ids(tokens);
+        for (auto& id : ids) id = static_cast<int32_t>(rng_() % (vocab + start + 50));
+        ids[0] = static_cast<int32_t>(start + vocab - 1);  // the last row
+        Tensor out = gpu_empty(DType::BF16, {tokens, hidden});
+        gpu().embedding(gpu_raw(ids, DType::I32, {tokens}), gpu_bf16(table, {vocab, hidden}), start, out);
+        Tensor cpu_out = cpu_empty(DType::F32, {tokens, hidden});
+        cpu().embedding(cpu_raw(ids, DType::I32, {tokens}), cpu_f32(table, {vocab, hidden}), start, cpu_out);
+        EXPECT_EQ(read_gpu(out), read_cpu(cpu_out)) << "hidden " << hidden << " tokens " << tokens << " start " << start;
+      }
     }
+  }
+}
+
+TEST_F(CudaOpsTest, ConcatColumnChunksIsExact) {
+  for (auto [P, R, C, N] : {std::array<int64_t, 4>{2, 1, 351, 701}, {4, 33, 176, 701}, {2, 256, 75968, 151936}}) {
+    std::vector<float> parts(static_cast<size_t>(P * R * C));
+    for (auto& v : parts) v = static_cast<float>(rng_() % 100000) * 0.01f - 500.0f;
+    Tensor out = gpu_empty(DType::F32, {R, N});
+    gpu().concat_column_chunks(gpu_raw(parts, DType::F32, {P, R, C}), out);
+    Tensor cpu_out = cpu_empty(DType::F32, {R, N});
+    cpu().concat_column_chunks(cpu_raw(parts, DType::F32, {P, R, C}), cpu_out);
+    EXPECT_EQ(read_gpu(out), read_cpu(cpu_out)) << "P " << P << " R " << R << " C " << C;
   }
 }
 

@@ -1,0 +1,44 @@
+#pragma once
+// Collectives among the ranks of one tensor-parallel group: the one interface the model and the runner see.
+// Every rank calls the same collectives in the same order from its own thread; data ops are enqueued on the
+// rank's backend stream (NCCL on CUDA, so CUDA graphs capture them) or run at once (threads on the CPU).
+// Run each kind of collective once outside a capture before capturing it: NCCL connects peers on first use.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/tensor.h"
+
+namespace nanovllm {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Element-wise sum over the ranks, in place; x is in the backend's compute dtype.
+  virtual void all_reduce_sum(Tensor& x) = 0;
+  // Rank 0 receives every rank's `chunk` (F32, the same shape on every rank) into `gathered`, rank r's chunk
+  // at offset r * chunk.numel(); other ranks leave `gathered` alone (it may be empty there).
+  virtual void gather_to_first(const Tensor& chunk, Tensor& gathered) = 0;
+  // Blocking: the smallest `value` over the ranks (e.g. the KV blocks every rank has room for).
+  virtual int64_t min_over_ranks(int64_t value) = 0;
+  // Throws when a collective of this rank is known to have failed without an error of its own (a wait
+  // that timed out); called after every step.
+  virtual void check_health() {}
+};
+
+// The communicators of all ranks, created together. abort() is how a failure on one rank reaches the others:
+// ranks waiting in a collective (on the host or on the device) are released and every later collective throws.
+class CommunicatorGroup {
+ public:
+  virtual ~CommunicatorGroup() = default;
+  virtual int size() const = 0;
+  virtual Communicator& rank(int r) = 0;
+  // Callable from any thread, any number of times.
+  virtual void abort(const std::string& reason) = 0;
+  // What carries the collectives, for the startup line ("NCCL 2.28.9, peer one-shot all-reduce").
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace nanovllm

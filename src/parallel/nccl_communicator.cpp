@@ -1,0 +1,200 @@
+#include "parallel/nccl_communicator.h"
+
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+
+#include "common/error.h"
+
+namespace nanovllm {
+
+namespace {
+
+void check_nccl(ncclResult_t result, const char* call, int rank) {
+  if (result == ncclSuccess) return;
+  throw EngineError(std::string("NCCL ") + call + " failed on rank " + std::to_string(rank) + ": " +
+                    ncclGetErrorString(result) + " (" + ncclGetLastError(nullptr) + ")");
+}
+
+void check_cuda(cudaError_t result, const char* call, int rank) {
+  if (result == cudaSuccess) return;
+  throw EngineError(std::string(call) + " failed on rank " + std::to_string(rank) + ": " + cudaGetErrorString(result));
+}
+
+ncclDataType_t nccl_type(DType dtype, int rank) {
+  switch (dtype) {
+    case DType::BF16: return ncclBfloat16;
+    case DType::F16: return ncclFloat16;
+    case DType::F32: return ncclFloat32;
+    case DType::I32: return ncclInt32;
+    default: break;
+  }
+  throw EngineError("NCCL: no collective for dtype " + std::string(dtype_name(dtype)) + " (rank " +
+                    std::to_string(rank) + ")");
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const NcclCommunicatorGroup& group, ncclComm_t comm, PeerAllReduce* peer, int rank, int size,
+                   int device, cudaStream_t stream)
+      : group_(group), comm_(comm), peer_(peer), rank_(rank), size_(size), device_(device), stream_(stream) {
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice", rank_);
+    check_cuda(cudaMalloc(&scratch_, sizeof(int64_t)), "cudaMalloc", rank_);
+  }
+  ~NcclCommunicator() override {
+    cudaSetDevice(device_);
+    cudaFree(scratch_);
+    if (comm_) ncclCommDestroy(comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  ncclComm_t comm() const { return comm_; }
+  void forget_comm() { comm_ = nullptr; }  // after ncclCommAbort freed it
+
+  void all_reduce_sum(Tensor& x) override {
+    auto held = group_.enter("all_reduce_sum");
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice", rank_);
+    if (peer_ && peer_->fits(x)) return peer_->all_reduce(rank_, x, stream_);
+    check_nccl(ncclAllReduce(x.data, x.data, static_cast<size_t>(x.numel()), nccl_type(x.dtype, rank_), ncclSum,
+                             comm_, stream_),
+               "ncclAllReduce", rank_);
+  }
+
+  // Point-to-point in one group: rank 0 receives from everyone (itself included), the others send once.
+  void gather_to_first(const Tensor& chunk, Tensor& gathered) override {
+    auto held = group_.enter("gather_to_first");
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice", rank_);
+    const auto count = static_cast<size_t>(chunk.numel());
+    const ncclDataType_t type = nccl_type(chunk.dtype, rank_);
+    if (rank_ == 0 && gathered.numel() < chunk.numel() * size_)
+      throw EngineError("gather_to_first: gathered " + gathered.shape_string() + " is smaller than " +
+                        std::to_string(size_) + " x " + chunk.shape_string());
+    check_nccl(ncclGroupStart(), "ncclGroupStart", rank_);
+    if (rank_ == 0) {
+      for (int r = 0; r < size_; ++r)
+        ncclRecv(static_cast<char*>(gathered.data) + r * chunk.bytes(), count, type, r, comm_, stream_);
+    }
+    ncclSend(chunk.data, count, type, 0, comm_, stream_);
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd (gather_to_first)", rank_);
+  }
+
+  void check_health() override {
+    if (peer_ && peer_->timed_out(rank_))
+      throw EngineError("rank " + std::to_string(rank_) + ": a peer all-reduce timed out waiting for the other ranks");
+  }
+
+  int64_t min_over_ranks(int64_t value) override {
+    auto held = group_.enter("min_over_ranks");
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice", rank_);
+    check_cuda(cudaMemcpyAsync(scratch_, &value, sizeof value, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync",
+               rank_);
+    check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclInt64, ncclMin, comm_, stream_), "ncclAllReduce", rank_);
+    int64_t smallest = 0;
+    check_cuda(cudaMemcpyAsync(&smallest, scratch_, sizeof smallest, cudaMemcpyDeviceToHost, stream_),
+               "cudaMemcpyAsync", rank_);
+    held.unlock();  // the wait may be long (the others may still be loading): abort() must get through
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", rank_);
+    group_.enter("min_over_ranks");  // throws when the wait ended because the group was aborted
+    return smallest;
+  }
+
+ private:
+  const NcclCommunicatorGroup& group_;
+  ncclComm_t comm_;
+  PeerAllReduce* peer_;
+  int rank_, size_, device_;
+  cudaStream_t stream_;
+  void* scratch_ = nullptr;
+};
+
+}  // namespace
+
+NcclCommunicatorGroup::NcclCommunicatorGroup(const std::vector<int>& devices, const std::vector<cudaStream_t>& streams) {
+  // NVLink multicast (NVLS) can take shared GPUs out of service when a program misuses it, and our collectives
+  // are small: keep it off unless the user turned it on explicitly (setenv does not overwrite).
+  setenv("NCCL_NVLS_ENABLE", "0", 0);
+  const int n = static_cast<int>(devices.size());
+  if (n < 1 || streams.size() != devices.size()) throw EngineError("NcclCommunicatorGroup: one stream per device");
+  std::vector<ncclComm_t> comms(n);
+  check_nccl(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll", 0);
+  const char* peer_setting = std::getenv("NANOVLLM_PEER_ALL_REDUCE");  // "0": NCCL only (for comparisons)
+  if (!(peer_setting && std::string(peer_setting) == "0")) peer_ = PeerAllReduce::create(devices);
+  for (int r = 0; r < n; ++r)
+    ranks_.push_back(std::make_unique<NcclCommunicator>(*this, comms[r], peer_.get(), r, n, devices[r], streams[r]));
+  watchdog_ = std::jthread([this](std::stop_token stop) { watch_async_errors(stop); });
+}
+
+NcclCommunicatorGroup::~NcclCommunicatorGroup() {
+  watchdog_.request_stop();
+  if (watchdog_.joinable()) watchdog_.join();
+  // ncclCommDestroy finalises (flushes) its communicator, which may wait for the peers: destroy all at once.
+  {
+    std::vector<std::jthread> destroyers;
+    for (auto& rank : ranks_) destroyers.emplace_back([&rank] { rank.reset(); });
+  }
+  peer_.reset();
+}
+
+Communicator& NcclCommunicatorGroup::rank(int r) { return *ranks_.at(r); }
+
+std::string NcclCommunicatorGroup::describe() const {
+  int version = 0;
+  ncclGetVersion(&version);
+  const std::string nccl = "NCCL " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
+                           "." + std::to_string(version % 100);
+  return peer_ ? nccl + ", peer one-shot all-reduce for small messages" : nccl;
+}
+
+std::shared_lock<std::shared_timed_mutex> NcclCommunicatorGroup::enter(const char* op) const {
+  std::shared_lock held(lock_);
+  if (aborted_) {
+    std::lock_guard reason(reason_mutex_);
+    throw EngineError(std::string(op) + ": tensor-parallel group aborted: " + abort_reason_);
+  }
+  return held;
+}
+
+// ncclCommAbort makes NCCL kernels that wait for a peer return, so ranks blocked on their stream get free.
+// NCCL calls only enqueue (they do not wait for peers on the host), so the exclusive lock comes quickly; if it
+// does not within a second, abort anyway rather than hang.
+void NcclCommunicatorGroup::abort(const std::string& reason) {
+  std::unique_lock held(lock_, std::defer_lock);
+  const bool locked = held.try_lock_for(std::chrono::seconds(1));
+  if (aborted_.exchange(true)) return;
+  {
+    std::lock_guard guard(reason_mutex_);
+    abort_reason_ = reason;
+  }
+  for (auto& rank : ranks_) {
+    auto& comm = static_cast<NcclCommunicator&>(*rank);
+    if (comm.comm()) ncclCommAbort(comm.comm());
+    comm.forget_comm();
+  }
+  (void)locked;
+}
+
+// NCCL reports transport failures asynchronously; nobody would see them while ranks wait on their streams.
+void NcclCommunicatorGroup::watch_async_errors(std::stop_token stop) {
+  while (!stop.stop_requested()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::string failure;
+    {
+      std::shared_lock held(lock_);
+      if (aborted_) return;
+      for (auto& rank : ranks_) {
+        ncclResult_t async = ncclSuccess;
+        const auto& comm = static_cast<NcclCommunicator&>(*rank);
+        if (ncclCommGetAsyncError(comm.comm(), &async) == ncclSuccess && async != ncclSuccess) {
+          failure = "NCCL error on rank " + std::to_string(rank->rank()) + ": " + ncclGetErrorString(async);
+          break;
+        }
+      }
+    }
+    if (!failure.empty()) return abort(failure);
+  }
+}
+
+}  // namespace nanovllm
