@@ -18,27 +18,29 @@
 
 namespace nanovllm {
 
-bool cuda_available() {
+int cuda_device_count() {
 #ifdef NANOVLLM_HAVE_CUDA
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no device" error
-    return false;
+    return 0;
   }
-  return count > 0;
+  return count;
 #else
-  return false;
+  return 0;
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (device == "cpu") return std::make_unique<CpuBackend>();
-  if (device == "cuda" || device == "auto") {
+bool cuda_available() { return cuda_device_count() > 0; }
+
+namespace {
+// "auto" | "cpu" | "cuda" -> whether the backend is CUDA; throws for "cuda" without a GPU or an unknown name.
+bool resolves_to_cuda(const std::string& device) {
+  if (device == "cpu") return false;
+  if (device == "auto") return cuda_available();
+  if (device == "cuda") {
 #ifdef NANOVLLM_HAVE_CUDA
-    if (cuda_available()) return std::make_unique<CudaBackend>(0);
-#endif
-    if (device == "auto") return std::make_unique<CpuBackend>();
-#ifdef NANOVLLM_HAVE_CUDA
+    if (cuda_available()) return true;
     throw InvalidInput("device 'cuda' was asked for but no CUDA GPU is visible");
 #else
     throw InvalidInput("device 'cuda' was asked for but this build has no CUDA backend (nvcc was not found)");
@@ -47,29 +49,37 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
   throw InvalidInput("unknown device '" + device + "' (expected auto, cpu or cuda)");
 }
 
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+#ifdef NANOVLLM_HAVE_CUDA
+  return std::make_unique<CudaBackend>(device_index);
+#else
+  throw EngineError("no CUDA backend in this build (GPU " + std::to_string(device_index) + ")");
+#endif
+}
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const std::string& device) {
+  if (resolves_to_cuda(device)) return make_cuda_backend(0);
+  return std::make_unique<CpuBackend>();
+}
+
 std::vector<std::unique_ptr<Backend>> make_rank_backends(const std::string& device, int size) {
   std::vector<std::unique_ptr<Backend>> backends;
-  std::unique_ptr<Backend> first = make_backend(device);
-  const bool on_cpu = dynamic_cast<CpuBackend*>(first.get()) != nullptr;
   if (size == 1) {
-    backends.push_back(std::move(first));
+    backends.push_back(make_backend(device));
     return backends;
   }
-  if (on_cpu) {
+  if (!resolves_to_cuda(device)) {
     // Ranks run at once: each gets its share of the cores rather than all of them.
     const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / size);
     for (int r = 0; r < size; ++r) backends.push_back(std::make_unique<CpuBackend>(threads));
     return backends;
   }
-#ifdef NANOVLLM_HAVE_CUDA
-  int count = 0;
-  cudaGetDeviceCount(&count);
+  const int count = cuda_device_count();
   if (count < size)
     throw InvalidInput("tensor_parallel_size " + std::to_string(size) + " needs " + std::to_string(size) +
                        " GPUs, but " + std::to_string(count) + " are visible");
-  first.reset();
-  for (int r = 0; r < size; ++r) backends.push_back(std::make_unique<CudaBackend>(r));
-#endif
+  for (int r = 0; r < size; ++r) backends.push_back(make_cuda_backend(r));
   return backends;
 }
 

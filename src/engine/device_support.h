@@ -16,6 +16,8 @@ namespace nanovllm {
 // "auto" picks CUDA when this build has it and a GPU is present, else the CPU. Throws InvalidInput for
 // "cuda" without a GPU.
 std::unique_ptr<Backend> make_backend(const std::string& device);
+// GPUs visible to this build (0 without CUDA or without a device).
+int cuda_device_count();
 bool cuda_available();
 // The backends of a tensor-parallel group, rank r on GPU r (or `size` CPU backends sharing the cores).
 // Throws InvalidInput when fewer GPUs are visible than ranks asked for.

@@ -22,11 +22,7 @@ ModelExecutor::ModelExecutor(const EngineConfig& config, const ModelConfig& mode
   });
 }
 
-ModelExecutor::~ModelExecutor() {
-  // Rank r's resources are freed by its own runner; a rank whose stream still waits on an aborted collective
-  // was already released by the abort.
-  runners_.clear();
-}
+ModelExecutor::~ModelExecutor() = default;
 
 void ModelExecutor::on_all_ranks(const std::function<void(int)>& task) {
   if (!failure_.empty()) throw EngineError("the tensor-parallel group failed earlier: " + failure_);

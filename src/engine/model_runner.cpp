@@ -268,21 +268,12 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
       } else if (driver_) {
         logprobs_of(logits, out.sampled.data(), want_k, out.sampled_logprobs.data());
       }
-      // Keep only what each request asked for.
-      int r = 0;
-      for (const ScheduledSequence& item : batch.items) {
-        if (!driver_) break;
-        if (!item.samples) continue;
-        const auto& k = item.seq->params.logprobs;
-        if (!k) out.sampled_logprobs[r].clear();
-        else out.sampled_logprobs[r].resize(1 + static_cast<size_t>(*k));
-        ++r;
-      }
+      if (driver_) keep_requested_logprobs(batch, out.sampled_logprobs);
     }
   }
   if (!prompt_rows.empty()) {
     std::vector<PositionLogprobs> entries;
-    score_rows(prompt_rows, prompt_targets, want_k, entries);
+    score_rows(prompt_rows, prompt_targets, want_k, entries);  // every rank: the lm_head gathers to rank 0
     for (size_t i = 0; driver_ && i < entries.size(); ++i) {
       const auto [item, position] = prompt_where[i];
       entries[i].resize(1 + static_cast<size_t>(*batch.items[item].seq->params.prompt_logprobs));
@@ -290,6 +281,18 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
     }
   }
   return out;
+}
+
+// Each sampled row computed want_k alternatives; a request gets only the `logprobs` it asked for (or none).
+void ModelRunner::keep_requested_logprobs(const ScheduledBatch& batch, std::vector<PositionLogprobs>& sampled) const {
+  int r = 0;
+  for (const ScheduledSequence& item : batch.items) {
+    if (!item.samples) continue;
+    const auto& k = item.seq->params.logprobs;
+    if (!k) sampled[r].clear();
+    else sampled[r].resize(1 + static_cast<size_t>(*k));
+    ++r;
+  }
 }
 
 ModelRunner::Bans ModelRunner::early_stop_bans(const ScheduledBatch& batch) const {

@@ -90,6 +90,7 @@ class ModelRunner {
   Bans early_stop_bans(const ScheduledBatch& batch) const;
   // Sets the banned logits to -inf (driver only).
   void apply_bans(const Bans& bans, Tensor& logits);
+  void keep_requested_logprobs(const ScheduledBatch& batch, std::vector<PositionLogprobs>& sampled) const;
   std::unique_ptr<DecodeGraphs> graphs_;
 };
 

@@ -17,7 +17,8 @@ void require_divides(int size, int64_t value, const char* what) {
 
 ShardLayout ShardLayout::of(const ModelConfig& config, int rank, int size) {
   if (size < 1 || rank < 0 || rank >= size)
-    throw EngineError("ShardLayout: rank " + std::to_string(rank) + " of " + std::to_string(size));
+    throw EngineError("ShardLayout: rank " + std::to_string(rank) + " is outside a group of " + std::to_string(size) +
+                      " ranks");
   require_divides(size, config.num_attention_heads, "num_attention_heads");
   require_divides(size, config.intermediate_size, "intermediate_size");
   const int nkv = config.num_key_value_heads;

@@ -94,9 +94,8 @@ HostTensor DummyWeights::get_block(const std::string& name, const std::vector<in
                                    IndexRange cols) {
   const ParameterSpec& spec = spec_of(name, expected_shape);
   check_block(name, expected_shape, rows, cols);
-  const size_t numel = static_cast<size_t>(rows.size() * (spec.shape.size() <= 1 ? 1 : cols.size()));
-  std::shared_ptr<uint16_t[]> values = std::make_shared_for_overwrite<uint16_t[]>(numel);
-  if (spec.shape.size() <= 1) cols = {0, 1};
+  std::shared_ptr<uint16_t[]> values =
+      std::make_shared_for_overwrite<uint16_t[]>(static_cast<size_t>(rows.size() * cols.size()));
   fill_dummy_bf16_block(spec, seed_, scales_, rows.begin, rows.end, cols.begin, cols.end, values.get());
   HostTensor out;
   out.view = HostTensorView{values.get(), DType::BF16, block_shape(spec.shape, rows, cols)};
@@ -105,14 +104,9 @@ HostTensor DummyWeights::get_block(const std::string& name, const std::vector<in
 }
 
 HostTensor DummyWeights::get(const std::string& name, const std::vector<int64_t>& expected_shape) {
-  const ParameterSpec& spec = spec_of(name, expected_shape);
-  int64_t numel = 1;
-  for (int64_t d : spec.shape) numel *= d;
-  std::shared_ptr<uint16_t[]> values = std::make_shared_for_overwrite<uint16_t[]>(static_cast<size_t>(numel));
-  fill_dummy_bf16(spec, seed_, scales_, values.get());
-  HostTensor out;
-  out.view = HostTensorView{values.get(), DType::BF16, spec.shape};
-  out.owned = std::shared_ptr<void>(values, values.get());
+  const auto [rows, cols] = as_matrix(expected_shape);
+  HostTensor out = get_block(name, expected_shape, {0, rows}, {0, cols});
+  out.view.shape = expected_shape;  // the block is [rows, rest]; the whole keeps its own shape
   return out;
 }
 

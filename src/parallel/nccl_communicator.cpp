@@ -75,9 +75,10 @@ class NcclCommunicator final : public Communicator {
     check_nccl(ncclGroupStart(), "ncclGroupStart", rank_);
     if (rank_ == 0) {
       for (int r = 0; r < size_; ++r)
-        ncclRecv(static_cast<char*>(gathered.data) + r * chunk.bytes(), count, type, r, comm_, stream_);
+        check_nccl(ncclRecv(static_cast<char*>(gathered.data) + r * chunk.bytes(), count, type, r, comm_, stream_),
+                   "ncclRecv", rank_);
     }
-    ncclSend(chunk.data, count, type, 0, comm_, stream_);
+    check_nccl(ncclSend(chunk.data, count, type, 0, comm_, stream_), "ncclSend", rank_);
     check_nccl(ncclGroupEnd(), "ncclGroupEnd (gather_to_first)", rank_);
   }
 

@@ -2,7 +2,7 @@
 // A one-shot all-reduce for bf16 messages between the GPUs of this process, over peer-to-peer memory
 // (NVLink). Decode steps all-reduce a few KB to a few MB twice per layer, a cost that does not shrink with the
 // GPU count. Measured on 2 H200s (graph replays): 8 KiB in 8.9 µs (NCCL: 9.3 µs for 2 KiB), 2 MiB in 15.6 µs;
-// the 8B bench workload at TP 2 ran 11.13 s against 11.66 s with NCCL alone.
+// the 8B bench workload at TP 2 ran 10.99-11.20 s against 11.64-11.71 s with NCCL alone.
 // Each rank's kernel stages its input, raises a flag in every peer's memory, waits for theirs, and sums all
 // staged copies in rank order (so every rank holds bit-identical results, as with NCCL). Staging is double-
 // buffered by call parity, which with the arrival barrier makes reuse safe without a second barrier. Messages

@@ -5,7 +5,7 @@
 namespace nanovllm {
 
 RankThreads::RankThreads(int size) : size_(size) {
-  if (size < 1) throw EngineError("RankThreads: size " + std::to_string(size));
+  if (size < 1) throw EngineError("RankThreads: a group needs at least 1 rank, got " + std::to_string(size));
   for (int r = 1; r < size; ++r) threads_.emplace_back([this, r] { worker(r); });
 }
 

@@ -18,32 +18,31 @@ void on_threads(int size, Body body) {
   for (auto& t : threads) t.join();
 }
 
+// Three all-reduces back to back with fresh data each time: a fast rank moving on to the next one must not
+// disturb slots the others are still reading. Every round is checked on every rank.
 TEST(HostCommunicator, AllReduceGatherAndMinAgreeOnEveryRank) {
+  constexpr int kRounds = 3;
   for (int size : {1, 2, 3, 4}) {
     HostCommunicatorGroup group(size);
     const int n = 1003;  // odd
-    std::vector<std::vector<float>> data(size, std::vector<float>(n));
     std::mt19937 rng(size);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (auto& d : data)
-      for (auto& v : d) v = u(rng);
-    std::vector<float> expected(n, 0.0f);
-    for (int r = 0; r < size; ++r)
-      for (int i = 0; i < n; ++i) expected[i] += data[r][i];
+    // data[round][rank]; reduced in place, so `expected` is taken first.
+    std::vector<std::vector<std::vector<float>>> data(kRounds, std::vector<std::vector<float>>(size, std::vector<float>(n)));
+    std::vector<std::vector<float>> expected(kRounds, std::vector<float>(n, 0.0f));
+    for (int k = 0; k < kRounds; ++k)
+      for (int r = 0; r < size; ++r)
+        for (int i = 0; i < n; ++i) {
+          data[k][r][i] = u(rng);
+          expected[k][i] += data[k][r][i];
+        }
     std::vector<float> gathered(static_cast<size_t>(size) * 5, -1.0f);
     std::vector<int64_t> minima(size);
     on_threads(size, [&](int r) {
       Communicator& comm = group.rank(r);
-      // Three rounds back to back: a fast rank must not overwrite its slot while others still read it.
-      std::vector<float> reduced = data[r];
-      for (int round = 0; round < 3; ++round) {
-        Tensor t(reduced.data(), DType::F32, {n});
-        if (round == 0) comm.all_reduce_sum(t);
-        else {
-          std::vector<float> zeros(n, 0.0f);
-          Tensor z(zeros.data(), DType::F32, {n});
-          comm.all_reduce_sum(z);
-        }
+      for (int k = 0; k < kRounds; ++k) {
+        Tensor t(data[k][r].data(), DType::F32, {n});
+        comm.all_reduce_sum(t);
       }
       std::vector<float> chunk(5);
       for (int j = 0; j < 5; ++j) chunk[j] = static_cast<float>(r * 10 + j);
@@ -51,8 +50,11 @@ TEST(HostCommunicator, AllReduceGatherAndMinAgreeOnEveryRank) {
       Tensor empty;
       comm.gather_to_first(Tensor(chunk.data(), DType::F32, {5}), r == 0 ? out : empty);
       minima[r] = comm.min_over_ranks(100 - 7 * r);
-      for (int i = 0; i < n; ++i) ASSERT_EQ(reduced[i], expected[i]) << "rank " << r << " element " << i;
     });
+    for (int k = 0; k < kRounds; ++k)
+      for (int r = 0; r < size; ++r)
+        for (int i = 0; i < n; ++i)  // summed from 0 in rank order, as `expected` was: exactly the same float
+          ASSERT_EQ(data[k][r][i], expected[k][i]) << "round " << k << " rank " << r << " element " << i;
     for (int r = 0; r < size; ++r) {
       for (int j = 0; j < 5; ++j) EXPECT_EQ(gathered[r * 5 + j], static_cast<float>(r * 10 + j));
       EXPECT_EQ(minima[r], 100 - 7 * (size - 1));

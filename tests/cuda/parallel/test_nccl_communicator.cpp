@@ -14,13 +14,6 @@
 namespace nanovllm {
 namespace {
 
-int gpu_count() {
-  if (!cuda_available()) return 0;
-  int n = 0;
-  cudaGetDeviceCount(&n);
-  return n;
-}
-
 struct Group {
   std::vector<std::unique_ptr<Backend>> backends;
   std::unique_ptr<CommunicatorGroup> comms;
@@ -37,7 +30,7 @@ struct Group {
 };
 
 TEST(NcclCommunicator, CollectivesMatchTheHostAndReplayFromGraphs) {
-  const int gpus = gpu_count();
+  const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpus << " visible";
   for (int size = 2; size <= gpus; size *= 2) {
     Group g(size);
@@ -115,7 +108,7 @@ TEST(NcclCommunicator, CollectivesMatchTheHostAndReplayFromGraphs) {
 // captured once in a CUDA graph and replayed 5 times with new inputs (the peer kernel's epochs and staging
 // halves advance on the device), and must equal the host's sum on every rank, bit-identically across ranks.
 TEST(NcclCommunicator, AllReduceMatchesTheHostOnBothPathsThroughGraphReplays) {
-  const int gpus = gpu_count();
+  const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs";
   for (int size = 2; size <= gpus; size *= 2) {
     Group g(size);
@@ -178,31 +171,35 @@ TEST(NcclCommunicator, AllReduceMatchesTheHostOnBothPathsThroughGraphReplays) {
   }
 }
 
-// Rank 1 throws before its all-reduce; the others have enqueued theirs and wait on their streams. The abort
-// must release them within seconds, and the error reported must be rank 1's.
+// Rank 1 throws before its all-reduce; the others have enqueued theirs and wait on their streams. They must be
+// released within seconds and the error reported must be rank 1's, on both paths: 1003 elements go through
+// NCCL (released by ncclCommAbort), 4096 through the peer one-shot kernel (released by its timeout). Each
+// path gets a fresh group: a failed group stays failed.
 TEST(NcclCommunicator, AFailingRankReleasesRanksWaitingOnTheirStreams) {
-  const int gpus = gpu_count();
+  const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs";
-  Group g(gpus >= 4 ? 4 : 2);
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    g.run([&](int r) {
-      if (r == 1) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the others are waiting by now
-        throw EngineError("cudaMalloc failed: out of memory");
-      }
-      Buffer xb = g.cuda(r).allocate(4096 * 2);
-      Tensor xt = xb.view(DType::BF16, {4096});
-      g.comms->rank(r).all_reduce_sum(xt);
-      g.cuda(r).synchronize();
-    });
-    FAIL() << "the failure was not reported";
-  } catch (const EngineError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1: cudaMalloc failed: out of memory"), std::string::npos) << e.what();
+  for (int64_t n : {int64_t{1003}, int64_t{4096}}) {
+    Group g(gpus >= 4 ? 4 : 2);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      g.run([&](int r) {
+        if (r == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the others are waiting by now
+          throw EngineError("cudaMalloc failed: out of memory");
+        }
+        Buffer xb = g.cuda(r).allocate(static_cast<size_t>(n) * 2);
+        Tensor xt = xb.view(DType::BF16, {n});
+        g.comms->rank(r).all_reduce_sum(xt);
+        g.cuda(r).synchronize();
+      });
+      ADD_FAILURE() << "the failure was not reported (n " << n << ")";
+    } catch (const EngineError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1: cudaMalloc failed: out of memory"), std::string::npos) << e.what();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("[nccl] %lld elements: failing rank reported after %.2f s\n", static_cast<long long>(n), seconds);
+    EXPECT_LT(seconds, 10.0) << "n " << n;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("[nccl] failing rank reported after %.2f s\n", seconds);
-  EXPECT_LT(seconds, 10.0);
 }
 
 }  // namespace

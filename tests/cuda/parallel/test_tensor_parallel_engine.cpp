@@ -34,13 +34,6 @@ using nlohmann::json;
 constexpr double kMaxTolerance = 0.15 * 1.41421356, kMeanTolerance = 0.04 * 1.41421356, kTieMargin = 0.1;
 constexpr int kGreedyTokens = 32;
 
-int gpu_count() {
-  if (!cuda_available()) return 0;
-  int n = 0;
-  cudaGetDeviceCount(&n);
-  return n;
-}
-
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v ? std::string(v) : fallback;
@@ -54,7 +47,7 @@ struct ModelCase {
 class TensorParallelEngineTest : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
-    if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
+    if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
     if (GetParam().name == "qwen3_8b_dummy") {
       model_ = env_or("NANOVLLM_QWEN3_8B_CONFIG", NANOVLLM_QWEN3_8B_CONFIG);
       if (!fs::exists(model_)) GTEST_SKIP() << "no Qwen3-8B config at " << model_;
@@ -107,8 +100,8 @@ class TensorParallelEngineTest : public ::testing::TestWithParam<ModelCase> {
 TEST_P(TensorParallelEngineTest, MatchesOneGpu) {
   const std::vector<RequestOutput> single = run(1);
   for (int size : GetParam().sizes) {
-    if (size > gpu_count()) {
-      std::printf("[tp %s] tp %d skipped: %d GPUs\n", GetParam().name.c_str(), size, gpu_count());
+    if (size > cuda_device_count()) {
+      std::printf("[tp %s] tp %d skipped: %d GPUs\n", GetParam().name.c_str(), size, cuda_device_count());
       continue;
     }
     const std::vector<RequestOutput> sharded = run(size);
@@ -155,7 +148,7 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorParallelEngineTest,
 // the collective that agrees on the block count. The error must name rank 1, come within seconds, and leave
 // nothing behind: the next engine on the same GPUs starts and generates.
 TEST(TensorParallelEngine, OutOfMemoryOnOneRankIsReportedNotHung) {
-  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
   const fs::path model = fs::path(env_or("NANOVLLM_GOLDEN_DIR", NANOVLLM_GOLDEN_DIR_DEFAULT)) / "golden_untied_sharded";
   if (!fs::exists(model / "config.json")) GTEST_SKIP() << "no checkpoint";
   EngineConfig c;
