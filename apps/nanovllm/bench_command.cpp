@@ -58,17 +58,35 @@ Workload read_workload(const std::string& path, int limit) {
   return w;
 }
 
-// Runs every request to the end; returns seconds to the first sampled token and in all.
-std::pair<double, double> run_all(LLMEngine& engine, const std::vector<std::vector<int32_t>>& prompts,
-                                  const std::vector<SamplingParams>& params) {
+// Where a run's time went: steps by kind, as the engine timed them.
+struct RunTimes {
+  double first_token = 0, total = 0;
+  int prefill_steps = 0, decode_steps = 0;
+  long long prefill_tokens = 0, decode_tokens = 0;
+  double prefill_s = 0, decode_s = 0;
+};
+
+// Runs every request to the end.
+RunTimes run_all(LLMEngine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                 const std::vector<SamplingParams>& params) {
   const auto start = Clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) engine.add_request(Prompt::from_tokens(prompts[i]), params[i]);
-  double first = -1.0;
+  RunTimes t;
+  t.first_token = -1.0;
   while (!engine.is_finished()) {
     engine.step();
-    if (first < 0 && !engine.last_step().is_prefill) first = seconds_since(start);
+    const StepStats& s = engine.last_step();
+    if (s.num_tokens == 0) continue;
+    if (s.is_prefill) {
+      ++t.prefill_steps, t.prefill_tokens += s.num_tokens, t.prefill_s += s.seconds;
+    } else {
+      ++t.decode_steps, t.decode_tokens += s.num_tokens, t.decode_s += s.seconds;
+      if (t.first_token < 0) t.first_token = seconds_since(start);
+    }
   }
-  return {first < 0 ? seconds_since(start) : first, seconds_since(start)};
+  t.total = seconds_since(start);
+  if (t.first_token < 0) t.first_token = t.total;
+  return t;
 }
 
 // The bytes a decode step cannot avoid reading: all weights once per step, and every cached K/V byte of
@@ -120,8 +138,8 @@ int run_bench(const BenchArgs& a) {
     std::vector<std::vector<int32_t>> prompts(a.batch_size, std::vector<int32_t>(a.input_len));
     for (int s = 0; s < a.batch_size; ++s)
       for (int i = 0; i < a.input_len; ++i) prompts[s][i] = (s * 7919 + i * 131 + 7) % 10000;
-    auto [ttft, total] = run_all(engine, prompts, std::vector<SamplingParams>(a.batch_size, p));
-    const double decode_s = total - ttft;
+    const RunTimes t = run_all(engine, prompts, std::vector<SamplingParams>(a.batch_size, p));
+    const double ttft = t.first_token, decode_s = t.total - t.first_token;
     std::printf("latency: batch %d, prompt %d, output %d: %.3f ms/token decode (%.1f tok/s), %.2f ms to first token\n",
                 a.batch_size, a.input_len, a.output_len, decode_s / (a.output_len - 1) * 1e3,
                 a.batch_size * (a.output_len - 1) / decode_s, ttft * 1e3);
@@ -133,7 +151,7 @@ int run_bench(const BenchArgs& a) {
     std::vector<std::vector<int32_t>> prompts(16, std::vector<int32_t>(1024));
     for (int s = 0; s < 16; ++s)
       for (int i = 0; i < 1024; ++i) prompts[s][i] = (s * 7919 + i * 131) % 10000;  // no shared prefixes
-    auto [ttft, total] = run_all(engine, prompts, std::vector<SamplingParams>(16, p));
+    const double total = run_all(engine, prompts, std::vector<SamplingParams>(16, p)).total;
     std::printf("prefill: 16 x 1024 tokens in %.3f s: %.0f prompt tok/s\n", total, 16 * 1024 / total);
     return 0;
   }
@@ -146,10 +164,16 @@ int run_bench(const BenchArgs& a) {
     params[i].max_tokens = w.max_tokens[i];
     total_tokens += w.max_tokens[i];
   }
-  auto [ttft, total] = run_all(engine, w.prompts, params);
+  const RunTimes t = run_all(engine, w.prompts, params);
+  const double total = t.total;
   std::printf("workload: %zu prompts, %lld output tokens in %.2f s: %.0f tok/s (preemptions: %lld)\n",
               w.prompts.size(), total_tokens, total, total_tokens / total,
               static_cast<long long>(engine.num_preemptions()));
+  std::printf("  prefill: %d steps, %lld tokens, %.2f s (%.0f tok/s); decode: %d steps, %lld tokens, %.2f s "
+              "(%.2f ms/step); other %.2f s\n",
+              t.prefill_steps, t.prefill_tokens, t.prefill_s, t.prefill_tokens / std::max(t.prefill_s, 1e-9),
+              t.decode_steps, t.decode_tokens, t.decode_s, 1e3 * t.decode_s / std::max(t.decode_steps, 1),
+              total - t.prefill_s - t.decode_s);
   if (auto gbs = measure_read_bandwidth_gbs(engine.runner_backend())) {
     // Tensor-parallel ranks read their shards at once: the floor divides by the number of GPUs.
     const int gpus = config.tensor_parallel_size;

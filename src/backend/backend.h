@@ -113,6 +113,22 @@ class Backend {
   // the tokens still kept, keeps the smallest prefix sorted by probability whose mass reaches top_p, at least
   // one), then Gumbel-max with noise from philox_uniform(seed, step, token).
   virtual void sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) = 0;
+  // Tensor parallelism: sample()'s pick restricted to one vocabulary shard, so that ranks exchange 8 bytes a
+  // row instead of their logits. logits F32 [R, C] hold tokens vocab_start .. vocab_start + C - 1, of which
+  // only the first `valid` columns are real (0 <= valid <= C; the last shard is padded and the padding,
+  // whatever it holds, is ignored). Per row: best_token I32 [R] = global id of the shard's token with the
+  // largest key (lowest id on ties), best_key F32 [R] = that key, where key = the raw logit for greedy rows
+  // (temperature <= 0) and logit / T - log(-log(u)) with u from the GLOBAL token id otherwise: bit for bit
+  // the value sample() compares, so the largest key over all shards (lowest token on equal keys) is the
+  // token sample() draws from the whole row. A shard with no token of positive probability (every key -inf
+  // or NaN) gives key -inf and token INT32_MAX. When every shard does, sample() takes the raw-logit argmax
+  // of the row (0 when every logit is -inf or NaN): that is token 0 for greedy rows, and for sampling rows
+  // too unless some logit is finite while logit / T overflows to -inf (|logit| > FLT_MAX * T), which a merge
+  // needing sample()'s exact pick there gets by calling sample_shard again with temperature 0.
+  // Rows must not use top_k, top_p or min_p (they need the whole row); the caller checks, and here such rows
+  // are treated as plain temperature sampling.
+  virtual void sample_shard(const Tensor& logits, int64_t vocab_start, int64_t valid, const SamplerInputs& in,
+                            Tensor& best_key, Tensor& best_token) = 0;
   // Log-softmax of the raw logits F32 [R, V]: target_logprob F32 [R] = logprob of targets[r] (NaN for a
   // target outside [0, V)); when k > 0,
   // top_ids I32 [R, k] and top_logprobs F32 [R, k] hold the k largest, descending (lowest id first on ties).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "engine/device_support.h"
@@ -53,6 +54,13 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
   top_lp_buf_ = backend_->allocate(R * K * 4);
   ban_rows_buf_ = backend_->allocate(R * kBansPerRow * 4);
   ban_tokens_buf_ = backend_->allocate(R * kBansPerRow * 4);
+  if (comm_) {
+    picks_buf_ = backend_->allocate(R * 4 * 4);
+    if (driver_) gathered_picks_buf_ = backend_->allocate(static_cast<size_t>(comm_->size()) * R * 4 * 4);
+    zero_temperature_buf_ = backend_->allocate(R * 4);
+    const std::vector<float> zeros(R, 0.0f);
+    backend_->upload(zeros.data(), zero_temperature_buf_.data(), R * 4);
+  }
 
   allocate_kv_cache();
   warmup();
@@ -164,7 +172,8 @@ StepTensors ModelRunner::step_tensors(int num_tokens, int num_seqs, int max_seql
 }
 
 // Decode steps as CUDA graphs per batch bucket (nano-vLLM's 1, 2, 4, 8, 16, 32, ...). A graph replays the
-// model and the lm_head over fixed metadata addresses; attention grids are sized for max_model_len keys and
+// model and the lm_head over fixed metadata addresses (under tensor parallelism the lm_head of this rank's
+// vocabulary chunk: whether the chunks are gathered or sampled where they are is decided per step); attention grids are sized for max_model_len keys and
 // read the real lengths from device memory, so one graph serves every context length.
 void ModelRunner::capture_graphs() {
   const int max_bs = std::min(config_.max_num_seqs, 512);
@@ -178,8 +187,12 @@ void ModelRunner::capture_graphs() {
   meta_->upload(max_bs);
   graphs_ = capture_decode_graphs(*backend_, buckets, [this](int b) {
     model_->forward(step_tensors(b, b, 1, config_.max_model_len, true), kv_cache_);
-    Tensor logits = logits_view(b);
-    model_->logits(meta_->logits_rows_tensor(b), logits);
+    if (comm_) {
+      model_->shard_logits(meta_->logits_rows_tensor(b));
+    } else {
+      Tensor logits = logits_view(b);
+      model_->logits(meta_->logits_rows_tensor(b), logits);
+    }
   });
 }
 
@@ -191,6 +204,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
 
   int t = 0, max_q = 0, max_k = 0, num_samples = 0, want_k = 0;
   bool want_sample_logprobs = false;
+  bool needs_whole_rows = false;  // a sampling filter that looks at the whole vocabulary (top_k, top_p, min_p)
   std::vector<int32_t> prompt_rows, prompt_targets;
   std::vector<std::pair<int, int>> prompt_where;  // (item, scored position)
   int32_t* cu = meta_->cu_seqlens_q();
@@ -228,6 +242,8 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
       meta_->min_p()[r] = sp.min_p;
       meta_->seed()[r] = static_cast<int64_t>(sp.seed.value_or(0));
       meta_->sample_step()[r] = end;  // index the sampled token will have
+      const bool filtered = (sp.top_k > 0 && sp.top_k < model_config_.vocab_size) || sp.top_p < 1.0f || sp.min_p > 0.0f;
+      if (sp.temperature > 0.0f && filtered) needs_whole_rows = true;
       if (sp.logprobs) {
         want_sample_logprobs = true;
         want_k = std::max(want_k, *sp.logprobs);
@@ -246,29 +262,17 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
     model_->forward(step_tensors(t, num_seqs, max_q, max_k, decode_only), kv_cache_);
   }
 
-  // Every rank makes the same lm_head calls (they gather to rank 0); only the driver samples and scores.
+  // Every rank makes the same lm_head calls and collectives (the choice below is a function of the batch
+  // alone); only the driver samples from whole rows and scores.
   StepOutput out;
   if (num_samples > 0) {
-    Tensor logits = logits_view(num_samples);
-    if (bucket == 0) model_->logits(meta_->logits_rows_tensor(num_samples), logits);
     const Bans bans = early_stop_bans(batch);
-    if (driver_) {
-      apply_bans(bans, logits);
-      Tensor ids = sampled_buf_.view(DType::I32, {num_samples});
-      backend_->sample(logits, meta_->sampler_inputs(num_samples), ids);
-      out.sampled.resize(num_samples);
-      backend_->download(ids.data, out.sampled.data(), num_samples * sizeof(int32_t));
-      out.sampled_logprobs.resize(num_samples);
-    }
-    if (want_sample_logprobs) {
-      if (!bans.rows.empty()) {  // logprobs come from the raw logits: recompute the rows the bans changed
-        std::vector<int32_t> rows(num_samples);
-        for (int r = 0; r < num_samples; ++r) rows[r] = meta_->logits_rows()[r];
-        score_rows(rows, out.sampled, want_k, out.sampled_logprobs);
-      } else if (driver_) {
-        logprobs_of(logits, out.sampled.data(), want_k, out.sampled_logprobs.data());
-      }
-      if (driver_) keep_requested_logprobs(batch, out.sampled_logprobs);
+    if (comm_ && bucket == 0) model_->shard_logits(meta_->logits_rows_tensor(num_samples));
+    if (comm_ && !needs_whole_rows && !want_sample_logprobs && bans.rows.empty()) {
+      out.sampled = sample_on_shards(num_samples);
+      if (driver_) out.sampled_logprobs.resize(num_samples);
+    } else {
+      sample_whole_rows(batch, bans, num_samples, bucket > 0, want_sample_logprobs, want_k, out);
     }
   }
   if (!prompt_rows.empty()) {
@@ -281,6 +285,74 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
     }
   }
   return out;
+}
+
+void ModelRunner::sample_whole_rows(const ScheduledBatch& batch, const Bans& bans, int n, bool replayed,
+                                    bool want_logprobs, int want_k, StepOutput& out) {
+  Tensor logits = logits_view(n);
+  if (comm_) model_->gather_logits(n, logits);  // the chunks shard_logits() left on every rank
+  else if (!replayed) model_->logits(meta_->logits_rows_tensor(n), logits);
+  if (driver_) {
+    apply_bans(bans, logits);
+    Tensor ids = sampled_buf_.view(DType::I32, {n});
+    backend_->sample(logits, meta_->sampler_inputs(n), ids);
+    out.sampled.resize(n);
+    backend_->download(ids.data, out.sampled.data(), n * sizeof(int32_t));
+    out.sampled_logprobs.resize(n);
+  }
+  if (want_logprobs) {
+    if (!bans.rows.empty()) {  // logprobs come from the raw logits: recompute the rows the bans changed
+      std::vector<int32_t> rows(n);
+      for (int r = 0; r < n; ++r) rows[r] = meta_->logits_rows()[r];
+      score_rows(rows, out.sampled, want_k, out.sampled_logprobs);
+    } else if (driver_) {
+      logprobs_of(logits, out.sampled.data(), want_k, out.sampled_logprobs.data());
+    }
+    if (driver_) keep_requested_logprobs(batch, out.sampled_logprobs);
+  }
+}
+
+std::vector<int32_t> ModelRunner::sample_on_shards(int n) {
+  const Tensor local = model_->last_shard_logits(n);
+  const SamplerInputs in = meta_->sampler_inputs(n);
+  SamplerInputs greedy = in;
+  greedy.temperature = zero_temperature_buf_.view(DType::F32, {n});
+  // [4, n]: sampled key, sampled token, greedy key, greedy token (tokens are I32 bits in the F32 rows).
+  char* base = static_cast<char*>(picks_buf_.data());
+  auto part = [&](int i, DType dtype) { return Tensor(base + static_cast<size_t>(i) * n * 4, dtype, {n}); };
+  Tensor key = part(0, DType::F32), token = part(1, DType::I32), greedy_key = part(2, DType::F32),
+         greedy_token = part(3, DType::I32);
+  backend_->sample_shard(local, shard_.vocab_start, shard_.vocab_rows, in, key, token);
+  // sample() falls back to the raw-logit argmax for a row where no token has probability; so does the merge.
+  backend_->sample_shard(local, shard_.vocab_start, shard_.vocab_rows, greedy, greedy_key, greedy_token);
+  const int P = comm_->size();
+  Tensor picks(base, DType::F32, {4 * static_cast<int64_t>(n)}), gathered;
+  if (driver_) gathered = Tensor(gathered_picks_buf_.data(), DType::F32, {P, 4 * static_cast<int64_t>(n)});
+  comm_->gather_to_first(picks, gathered);
+  if (!driver_) return {};
+  std::vector<float> all(static_cast<size_t>(P) * 4 * n);
+  backend_->download(gathered.data, all.data(), all.size() * sizeof(float));
+  // Each row's largest key over the ranks, the lowest token on equal keys; INT32_MAX marks "none here".
+  auto best = [&](int row, int key_part) {
+    float best_key = -std::numeric_limits<float>::infinity();
+    int32_t best_token = std::numeric_limits<int32_t>::max();
+    for (int p = 0; p < P; ++p) {
+      const float* rank_picks = all.data() + static_cast<size_t>(p) * 4 * n;
+      const float k = rank_picks[key_part * n + row];
+      int32_t t;
+      std::memcpy(&t, &rank_picks[(key_part + 1) * n + row], sizeof t);
+      if (t == std::numeric_limits<int32_t>::max()) continue;
+      if (k > best_key || (k == best_key && t < best_token)) best_key = k, best_token = t;
+    }
+    return best_token;
+  };
+  std::vector<int32_t> sampled(n);
+  for (int row = 0; row < n; ++row) {
+    int32_t t = best(row, 0);
+    if (t == std::numeric_limits<int32_t>::max()) t = best(row, 2);
+    sampled[row] = t == std::numeric_limits<int32_t>::max() ? 0 : t;
+  }
+  return sampled;
 }
 
 // Each sampled row computed want_k alternatives; a request gets only the `logprobs` it asked for (or none).

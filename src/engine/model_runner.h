@@ -80,6 +80,9 @@ class ModelRunner {
   // Scratch in backend memory: logits [R, V], sampled ids, logprob outputs, score rows/targets.
   Buffer logits_buf_, sampled_buf_, rows_buf_, targets_buf_, target_lp_buf_, top_ids_buf_, top_lp_buf_;
   Buffer ban_rows_buf_, ban_tokens_buf_;  // (row, token) pairs masked before sampling
+  // Tensor parallelism: this rank's picks [4, R] (sampled key, token, greedy key, token), everyone's on the
+  // driver [ranks, 4, R], and temperature 0 for every row (the greedy picks).
+  Buffer picks_buf_, gathered_picks_buf_, zero_temperature_buf_;
   static constexpr int kBansPerRow = 8;
 
   // (row, token) pairs: EOS and stop tokens of rows whose request has not reached min_tokens (vLLM's
@@ -90,6 +93,13 @@ class ModelRunner {
   Bans early_stop_bans(const ScheduledBatch& batch) const;
   // Sets the banned logits to -inf (driver only).
   void apply_bans(const Bans& bans, Tensor& logits);
+  // The logits of the n sampling rows as a whole (gathered to the driver under tensor parallelism; already
+  // in place after a replayed graph with one rank), bans applied, then sample() and the logprobs asked for.
+  void sample_whole_rows(const ScheduledBatch& batch, const Bans& bans, int n, bool replayed, bool want_logprobs,
+                         int want_k, StepOutput& out);
+  // Tensor parallelism: every rank samples its vocabulary chunk of the last shard_logits() (n rows), and
+  // only (key, token) pairs reach rank 0, which keeps each row's best. Returns the tokens on the driver.
+  std::vector<int32_t> sample_on_shards(int n);
   void keep_requested_logprobs(const ScheduledBatch& batch, std::vector<PositionLogprobs>& sampled) const;
   std::unique_ptr<DecodeGraphs> graphs_;
 };

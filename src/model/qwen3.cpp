@@ -143,6 +143,15 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
   }
 }
 
+void Qwen3Model::reduce_add_norm(Tensor& x, Tensor& residual, const Tensor& weight, Tensor& out) {
+  const float eps = config_.rms_norm_eps;
+  if (comm_) {
+    if (comm_->all_reduce_add_rms_norm(x, residual, weight, eps, out)) return;
+    comm_->all_reduce_sum(x);
+  }
+  backend_.add_rms_norm(x, residual, weight, eps, out);
+}
+
 void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cache) {
   const int T = step.num_tokens;
   const int nh = shard_.num_heads, nkv = shard_.num_kv_heads, d = config_.head_dim;
@@ -151,41 +160,54 @@ void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cac
   Backend& b = backend_;
 
   Tensor residual = residual_.rows(0, T), hidden = hidden_.rows(0, T), qkv = qkv_out_.rows(0, T);
-  Tensor q = q_.rows(0, T), attn = attn_out_.rows(0, T), delta = delta_.rows(0, T);
+  Tensor q = q_.rows(0, T), attn = attn_out_.rows(0, T);
+  Tensor delta = delta_.rows(0, T);
   Tensor gate_up = gate_up_out_.rows(0, T), act = act_.rows(0, T);
 
   b.embedding(step.input_ids, embed_tokens_, shard_.vocab_start, residual);
   if (comm_) comm_->all_reduce_sum(residual);  // each token's row came from exactly one rank
+  b.rms_norm(residual, layers_[0].input_norm, eps, hidden);
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& L = layers_[i];
-    if (i == 0) {
-      b.rms_norm(residual, L.input_norm, eps, hidden);
-    } else {
-      b.add_rms_norm(delta, residual, L.input_norm, eps, hidden);  // residual += previous MLP output
-    }
     b.linear(hidden, L.qkv, L.qkv_bias, qkv);
     b.qk_norm_rope_cache(qkv, L.q_norm, L.k_norm, eps, step.positions, rope_, step.slot_mapping, nh, nkv, d,
                          cache[i], q);
     b.paged_attention(q, cache[i], step.attention, nh, nkv, d, scale, attn);
     b.linear(attn, L.o_proj, Tensor{}, delta);
-    if (comm_) comm_->all_reduce_sum(delta);
-    b.add_rms_norm(delta, residual, L.post_attention_norm, eps, hidden);
+    reduce_add_norm(delta, residual, L.post_attention_norm, hidden);
     b.linear(hidden, L.gate_up, Tensor{}, gate_up);
     b.silu_and_mul(gate_up, act);
     b.linear(act, L.down_proj, Tensor{}, delta);
-    if (comm_) comm_->all_reduce_sum(delta);
+    // The next layer's input norm, or the final norm after the last layer.
+    reduce_add_norm(delta, residual, i + 1 < layers_.size() ? layers_[i + 1].input_norm : final_norm_, hidden);
   }
-  b.add_rms_norm(delta, residual, final_norm_, eps, hidden);
 }
 
 void Qwen3Model::logits(const Tensor& rows, Tensor& out) {
+  if (!comm_) {
+    const int64_t n = rows.dim(0);
+    if (n > last_hidden_.dim(0)) throw EngineError("Qwen3Model::logits: more rows than reserved");
+    Tensor gathered = last_hidden_.rows(0, n);
+    backend_.gather_rows(hidden_, rows, gathered);
+    return backend_.linear(gathered, lm_head_, Tensor{}, out);
+  }
+  shard_logits(rows);
+  gather_logits(rows.dim(0), out);
+}
+
+Tensor Qwen3Model::shard_logits(const Tensor& rows) {
   const int64_t n = rows.dim(0);
-  if (n > last_hidden_.dim(0)) throw EngineError("Qwen3Model::logits: more rows than reserved");
+  if (!comm_) throw EngineError("Qwen3Model::shard_logits: the model is not sharded");
+  if (n > last_hidden_.dim(0)) throw EngineError("Qwen3Model::shard_logits: more rows than reserved");
   Tensor gathered = last_hidden_.rows(0, n);
   backend_.gather_rows(hidden_, rows, gathered);
-  if (!comm_) return backend_.linear(gathered, lm_head_, Tensor{}, out);
   Tensor local = local_logits_.rows(0, n);
   backend_.linear(gathered, lm_head_, Tensor{}, local);
+  return local;
+}
+
+void Qwen3Model::gather_logits(int64_t n, Tensor& out) {
+  Tensor local = local_logits_.rows(0, n);
   Tensor parts;
   if (shard_.rank == 0) parts = Tensor(gathered_logits_.data, DType::F32, {shard_.size, n, shard_.vocab_chunk});
   comm_->gather_to_first(local, parts);

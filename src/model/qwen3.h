@@ -3,7 +3,8 @@
 // gate/up, uploaded in the backend's compute dtype) and the activation buffers of the largest step.
 // Under tensor parallelism it holds one rank's shard (see ShardLayout) and adds the seeds' collectives: an
 // all-reduce after the vocabulary-parallel embedding, after o_proj and after down_proj (row-parallel), and
-// the lm_head's vocabulary chunks gathered to rank 0.
+// the lm_head's vocabulary chunks gathered to rank 0. The two per layer are fused with the residual add and
+// RMSNorm that follow them where the communicator can (reduce_add_norm).
 #include <vector>
 
 #include "backend/backend.h"
@@ -36,6 +37,13 @@ class Qwen3Model {
   // F32 logits [R, V] of the token rows `rows` (I32 [R]) of the last forward(); only these reach the lm_head.
   // Every rank calls it; only rank 0 receives `out` (other ranks may pass an empty tensor).
   void logits(const Tensor& rows, Tensor& out);
+  // Tensor parallelism, logits() in two halves: this rank's vocabulary chunk of the rows' logits, F32 [R,
+  // vocab_chunk] (columns past shard().vocab_rows are padding), then that chunk gathered to rank 0 into `out`
+  // (every rank calls it). Between the two a caller may sample on the chunks instead (Backend::sample_shard).
+  Tensor shard_logits(const Tensor& rows);
+  void gather_logits(int64_t n, Tensor& out);
+  // The chunk the last shard_logits() computed (e.g. inside a replayed CUDA graph), first n rows.
+  Tensor last_shard_logits(int64_t n) const { return local_logits_.rows(0, n); }
 
   const ModelConfig& config() const { return config_; }
   const ShardLayout& shard() const { return shard_; }
@@ -65,6 +73,8 @@ class Qwen3Model {
   // the parts leave over are zeroed (the padding of the last vocabulary chunk).
   Tensor load(WeightSource& weights, const std::vector<Part>& parts, std::initializer_list<int64_t> shape);
   void build_rope_table(int max_model_len);
+  // residual += x summed over the ranks; out = rms_norm(residual) * weight.
+  void reduce_add_norm(Tensor& x, Tensor& residual, const Tensor& weight, Tensor& out);
 
   ModelConfig config_;
   ShardLayout shard_;

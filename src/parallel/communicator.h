@@ -18,6 +18,16 @@ class Communicator {
   virtual int size() const = 0;
   // Element-wise sum over the ranks, in place; x is in the backend's compute dtype.
   virtual void all_reduce_sum(Tensor& x) = 0;
+  // residual += the sum over ranks of x; out = rms_norm(residual) * weight (x, residual, out [T, H] in the
+  // compute dtype; x is left as it was): the all-reduce that closes a row-parallel layer fused with the
+  // residual add and RMSNorm after it, where the transport has such a kernel for x's size. Returns false,
+  // having done nothing, where it has not; the caller then runs all_reduce_sum and its backend's
+  // add_rms_norm, which give the same result.
+  virtual bool all_reduce_add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps,
+                                       Tensor& out) {
+    (void)x, (void)residual, (void)weight, (void)eps, (void)out;
+    return false;
+  }
   // Rank 0 receives every rank's `chunk` (F32, the same shape on every rank) into `gathered`, rank r's chunk
   // at offset r * chunk.numel(); other ranks leave `gathered` alone (it may be empty there).
   virtual void gather_to_first(const Tensor& chunk, Tensor& gathered) = 0;

@@ -63,6 +63,20 @@ class NcclCommunicator final : public Communicator {
                "ncclAllReduce", rank_);
   }
 
+  bool all_reduce_add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps,
+                               Tensor& out) override {
+    if (!peer_ || !peer_->fits_fused(x)) return false;
+    if (residual.dtype != x.dtype || out.dtype != x.dtype || weight.dtype != x.dtype || residual.ndim != 2 ||
+        residual.dim(0) != x.dim(0) || residual.dim(1) != x.dim(1) || out.numel() != x.numel() ||
+        weight.numel() != x.dim(1))
+      throw EngineError("all_reduce_add_rms_norm: x " + x.shape_string() + ", residual " + residual.shape_string() +
+                        ", weight " + weight.shape_string() + " and out " + out.shape_string() + " do not match");
+    auto held = group_.enter("all_reduce_add_rms_norm");
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice", rank_);
+    peer_->all_reduce_add_rms_norm(rank_, x, residual, weight, eps, out, stream_);
+    return true;
+  }
+
   // Point-to-point in one group: rank 0 receives from everyone (itself included), the others send once.
   void gather_to_first(const Tensor& chunk, Tensor& gathered) override {
     auto held = group_.enter("gather_to_first");

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "backend/cuda/bf16_vec.cuh"
 #include "common/error.h"
 
 namespace nanovllm {
@@ -13,15 +14,15 @@ namespace {
 constexpr int kMaxRanks = 8;
 constexpr int kBlocks = 128;  // fixed, so every block's epoch advances on every call (see the class comment)
 constexpr int kThreads = 256;
-constexpr int kBatch = 4;     // vectors a thread loads from a peer before summing: keeps NVLink reads in flight
-// Per staging half: decode activations (512 rows x 8192 x 2 B). Larger messages go to NCCL: on 4 H200s the
-// one-shot read of 32 MiB took 1.26 ms against NCCL's 0.39 ms, and 1.04 ms on 2 H200s (about 32 GB/s).
-constexpr size_t kMaxBytes = size_t{8} << 20;
+// (ranks - 1) x message bytes this path takes: decode activations (up to 512 rows x 8192 x 2 B on 2 GPUs).
+// Larger messages (prefill) go to NCCL, which moves them at full NVLink bandwidth (32 MiB in 136 us on 2
+// H200s).
+constexpr size_t kMaxPushedBytes = size_t{8} << 20;
 constexpr unsigned long long kTimeoutNs = 5'000'000'000ull;
 
-struct PeerPointers {
-  const __nv_bfloat16* staging[kMaxRanks];
-  uint32_t* flags[kMaxRanks];
+struct Peers {
+  __nv_bfloat16* inbox[kMaxRanks];  // rank p's inbox, of the parity of this call
+  uint32_t* flags[kMaxRanks];       // rank p's flags
 };
 
 void check(cudaError_t e, const char* what, int device) {
@@ -44,24 +45,27 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
-// n is a multiple of 8; block b owns vectors [b * per_block, (b + 1) * per_block) of 8 bf16.
-__global__ void __launch_bounds__(kThreads) one_shot_all_reduce(PeerPointers peers, int rank, int size,
-                                                                __nv_bfloat16* x, int64_t vectors, int64_t per_block,
-                                                                int64_t half_vectors, uint32_t* epochs, int* timed_out) {
-  const int b = blockIdx.x;
+__device__ __forceinline__ uint32_t next_epoch(uint32_t* epochs) {
   __shared__ uint32_t epoch_shared;
-  if (threadIdx.x == 0) epoch_shared = ++epochs[b];  // only this block of this rank touches epochs[b]
+  if (threadIdx.x == 0) epoch_shared = ++epochs[blockIdx.x];  // only this block of this rank touches it
   __syncthreads();
-  const uint32_t epoch = epoch_shared;
-  const int64_t half = (epoch & 1) * half_vectors;
-  const int64_t begin = b * per_block, end = min(vectors, begin + per_block);
-  uint4* mine = const_cast<uint4*>(reinterpret_cast<const uint4*>(peers.staging[rank])) + half;
-  const uint4* in = reinterpret_cast<const uint4*>(x);
-  for (int64_t v = begin + threadIdx.x; v < end; v += kThreads) mine[v] = in[v];
-  __syncthreads();
-  if (threadIdx.x < size) {  // thread p: tell peer p that block b's slice is staged, then wait for p's
+  return epoch_shared;
+}
+
+// Inbox half of this call: [ranks][slot] of 16-byte vectors, rank p's message in slot p.
+__device__ __forceinline__ int64_t half_offset(uint32_t epoch, int size, int64_t slot_vectors) {
+  return (epoch & 1) * size * slot_vectors;
+}
+
+// Block b of every rank meets block b of every other rank at `epoch`, after having pushed its part of the
+// message: thread p raises this rank's flag in peer p's memory behind the block's stores (release), then
+// waits for p's flag here (acquire), after which p's pushed part is visible. A peer that never comes
+// releases the block after kTimeoutNs and marks the rank unhealthy.
+__device__ void signal_and_wait(const Peers& peers, int rank, int size, uint32_t epoch, int* timed_out) {
+  const int b = blockIdx.x;
+  __syncthreads();  // every thread's pushes come before the flags (the release below is cumulative over them)
+  if (threadIdx.x < size && threadIdx.x != rank) {
     const int p = threadIdx.x;
-    __threadfence_system();
     store_release(peers.flags[p] + b * kMaxRanks + rank, epoch);
     const uint32_t* arrived = peers.flags[rank] + b * kMaxRanks + p;
     const unsigned long long start = global_ns();
@@ -73,36 +77,108 @@ __global__ void __launch_bounds__(kThreads) one_shot_all_reduce(PeerPointers pee
     }
   }
   __syncthreads();
-  uint4* out = reinterpret_cast<uint4*>(x);
-  for (int64_t v0 = begin + threadIdx.x; v0 < end; v0 += kThreads * kBatch) {
-    float acc[kBatch][8] = {};
-    for (int p = 0; p < size; ++p) {  // rank order: the same rounding on every rank
-      const uint4* src = reinterpret_cast<const uint4*>(peers.staging[p]) + half;
-      uint4 raw[kBatch];
+}
+
+// fp32 sum of rank p's vector v over the ranks, in rank order (the same rounding on every rank): this
+// rank's own from x, the others from the local inbox.
+__device__ __forceinline__ void sum_over_ranks(const uint4* x, const uint4* inbox, int64_t slot_vectors, int rank,
+                                               int size, int64_t v, float (&acc)[8]) {
+  uint4 raw[kMaxRanks];
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        const int64_t v = v0 + k * kThreads;
-        raw[k] = v < end ? __ldcv(src + v) : make_uint4(0, 0, 0, 0);  // .cv: never a stale L1 copy
-      }
+  for (int p = 0; p < kMaxRanks; ++p)
+    if (p < size) raw[p] = p == rank ? x[v] : __ldcg(inbox + p * slot_vectors + v);  // .cg: L2, never stale L1
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[k]);
+  for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 f = __bfloat1622float2(h[j]);
-          acc[k][2 * j] += f.x;
-          acc[k][2 * j + 1] += f.y;
-        }
-      }
+  for (int p = 0; p < kMaxRanks; ++p) {
+    if (p >= size) break;
+    float f[8];
+    cuda::to_float8(*reinterpret_cast<const cuda::Bf16x8*>(&raw[p]), f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] += f[j];
+  }
+}
+
+__device__ __forceinline__ void push(const Peers& peers, int rank, int size, int64_t offset, int64_t slot_vectors,
+                                     int64_t v, const uint4& value) {
+#pragma unroll
+  for (int p = 0; p < kMaxRanks; ++p)
+    if (p < size && p != rank) reinterpret_cast<uint4*>(peers.inbox[p])[offset + rank * slot_vectors + v] = value;
+}
+
+// x (n / 8 vectors) = sum over ranks, in place; block b owns vectors [b * per_block, (b + 1) * per_block).
+__global__ void __launch_bounds__(kThreads) one_shot_all_reduce(Peers peers, int rank, int size, __nv_bfloat16* x,
+                                                                int64_t vectors, int64_t per_block,
+                                                                int64_t slot_vectors, uint32_t* epochs,
+                                                                int* timed_out) {
+  const uint32_t epoch = next_epoch(epochs);
+  const int64_t offset = half_offset(epoch, size, slot_vectors);
+  const int64_t begin = blockIdx.x * per_block, end = min(vectors, begin + per_block);
+  uint4* xv = reinterpret_cast<uint4*>(x);
+  for (int64_t v = begin + threadIdx.x; v < end; v += kThreads) push(peers, rank, size, offset, slot_vectors, v, xv[v]);
+  signal_and_wait(peers, rank, size, epoch, timed_out);
+  const uint4* inbox = reinterpret_cast<const uint4*>(peers.inbox[rank]) + offset;
+  for (int64_t v = begin + threadIdx.x; v < end; v += kThreads) {
+    float acc[8];
+    sum_over_ranks(xv, inbox, slot_vectors, rank, size, v, acc);
+    const cuda::Bf16x8 packed = cuda::from_float8(acc);
+    xv[v] = *reinterpret_cast<const uint4*>(&packed);
+  }
+}
+
+// The all-reduce that closes a row-parallel layer, fused with the residual add and RMSNorm after it. Block b
+// handles rows b, b + gridDim.x, ...; per row it does one_shot_all_reduce's arithmetic (fp32 sum in rank
+// order, rounded to bf16) and then that of norm.cu's add_rms_norm with the same thread count and reduction,
+// so the result is bit-identical to the two unfused kernels.
+template <int kVecs>
+__global__ void __launch_bounds__(1024) one_shot_all_reduce_add_rms_norm(
+    Peers peers, int rank, int size, const __nv_bfloat16* x, __nv_bfloat16* residual,
+    const __nv_bfloat16* __restrict__ weight, float eps, __nv_bfloat16* out, int rows, int hidden,
+    int64_t slot_vectors, uint32_t* epochs, int* timed_out) {
+  using namespace cuda;
+  __shared__ float scratch[32];
+  const uint32_t epoch = next_epoch(epochs);
+  const int64_t offset = half_offset(epoch, size, slot_vectors);
+  const int nvec = hidden / 8;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  for (int row = blockIdx.x; row < rows; row += gridDim.x)
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+      const int64_t i = static_cast<int64_t>(row) * nvec + v;
+      push(peers, rank, size, offset, slot_vectors, i, xv[i]);
     }
+  signal_and_wait(peers, rank, size, epoch, timed_out);
+  const uint4* inbox = reinterpret_cast<const uint4*>(peers.inbox[rank]) + offset;
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t base = static_cast<int64_t>(row) * hidden;
+    float vals[kVecs][8];
+    float sum_sq = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      const int64_t v = v0 + k * kThreads;
-      if (v >= end) break;
-      uint4 packed;
-      __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&packed);
-      for (int j = 0; j < 4; ++j) o[j] = __floats2bfloat162_rn(acc[k][2 * j], acc[k][2 * j + 1]);
-      out[v] = packed;
+    for (int k = 0; k < kVecs; ++k) {
+      const int v = threadIdx.x + k * blockDim.x;
+      if (v >= nvec) continue;
+      float acc[8];
+      sum_over_ranks(xv, inbox, slot_vectors, rank, size, static_cast<int64_t>(row) * nvec + v, acc);
+      to_float8(from_float8(acc), vals[k]);  // the all-reduce's bf16 result
+      float r[8];
+      to_float8(load_bf16x8(residual + base + v * 8), r);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) r[j] += vals[k][j];
+      const Bf16x8 stored = from_float8(r);
+      store_bf16x8(residual + base + v * 8, stored);
+      to_float8(stored, vals[k]);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum_sq += vals[k][j] * vals[k][j];
+    }
+    const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(hidden) + eps);
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int v = threadIdx.x + k * blockDim.x;
+      if (v >= nvec) continue;
+      float w[8];
+      to_float8(load_bf16x8(weight + v * 8), w);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) vals[k][j] = vals[k][j] * inv_rms * w[j];
+      store_bf16x8(out + base + v * 8, from_float8(vals[k]));
     }
   }
 }
@@ -121,6 +197,8 @@ std::unique_ptr<PeerAllReduce> PeerAllReduce::create(const std::vector<int>& dev
 }
 
 PeerAllReduce::PeerAllReduce(const std::vector<int>& devices) {
+  const size_t size = devices.size();
+  slot_bytes_ = kMaxPushedBytes / (size - 1);
   for (int d : devices) {
     check(cudaSetDevice(d), "cudaSetDevice", d);
     for (int peer : devices) {
@@ -133,7 +211,7 @@ PeerAllReduce::PeerAllReduce(const std::vector<int>& devices) {
     r.device = d;
     ranks_.push_back(r);
     Rank& rank = ranks_.back();
-    check(cudaMalloc(&rank.staging, 2 * kMaxBytes), "cudaMalloc", d);
+    check(cudaMalloc(&rank.inbox, 2 * size * slot_bytes_), "cudaMalloc", d);
     check(cudaMalloc(&rank.flags, kBlocks * kMaxRanks * sizeof(uint32_t)), "cudaMalloc", d);
     check(cudaMalloc(&rank.epochs, kBlocks * sizeof(uint32_t)), "cudaMalloc", d);
     check(cudaMemset(rank.flags, 0, kBlocks * kMaxRanks * sizeof(uint32_t)), "cudaMemset", d);
@@ -150,7 +228,7 @@ PeerAllReduce::PeerAllReduce(const std::vector<int>& devices) {
 PeerAllReduce::~PeerAllReduce() {
   for (Rank& r : ranks_) {
     cudaSetDevice(r.device);
-    cudaFree(r.staging);
+    cudaFree(r.inbox);
     cudaFree(r.flags);
     cudaFree(r.epochs);
     cudaFreeHost(r.timed_out_host);
@@ -158,26 +236,64 @@ PeerAllReduce::~PeerAllReduce() {
 }
 
 bool PeerAllReduce::fits(const Tensor& x) const {
-  const size_t peers = ranks_.size() - 1;
-  // One-shot reads every peer's copy: worth it while that stays small (NCCL's ring moves ~2x the message).
-  return x.dtype == DType::BF16 && x.numel() % 8 == 0 && x.bytes() * peers <= kMaxBytes &&  // fits a staging half too
+  return x.dtype == DType::BF16 && x.numel() % 8 == 0 && x.bytes() <= slot_bytes_ &&
          reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
 }
 
-void PeerAllReduce::all_reduce(int rank, Tensor& x, cudaStream_t stream) {
-  PeerPointers peers{};
-  for (size_t p = 0; p < ranks_.size(); ++p) {
-    peers.staging[p] = static_cast<const __nv_bfloat16*>(ranks_[p].staging);
-    peers.flags[p] = ranks_[p].flags;
+bool PeerAllReduce::fits_fused(const Tensor& x) const {
+  return fits(x) && x.ndim == 2 && x.dim(1) % 8 == 0 && x.dim(1) <= 16384;
+}
+
+namespace {
+Peers peers_of(const std::vector<void*>& inboxes, const std::vector<uint32_t*>& flags) {
+  Peers peers{};
+  for (size_t p = 0; p < inboxes.size(); ++p) {
+    peers.inbox[p] = static_cast<__nv_bfloat16*>(inboxes[p]);
+    peers.flags[p] = flags[p];
   }
+  return peers;
+}
+}  // namespace
+
+void PeerAllReduce::all_reduce(int rank, Tensor& x, cudaStream_t stream) {
+  std::vector<void*> inboxes;
+  std::vector<uint32_t*> flags;
+  for (const Rank& r : ranks_) inboxes.push_back(r.inbox), flags.push_back(r.flags);
   const int64_t vectors = x.numel() / 8;
   const int64_t per_block = (vectors + kBlocks - 1) / kBlocks;
-  const int64_t half_vectors = static_cast<int64_t>(kMaxBytes / 16);
   const Rank& r = ranks_[rank];
-  one_shot_all_reduce<<<kBlocks, kThreads, 0, stream>>>(peers, rank, static_cast<int>(ranks_.size()),
+  one_shot_all_reduce<<<kBlocks, kThreads, 0, stream>>>(peers_of(inboxes, flags), rank, static_cast<int>(ranks_.size()),
                                                          static_cast<__nv_bfloat16*>(x.data), vectors, per_block,
-                                                         half_vectors, r.epochs, r.timed_out_device);
+                                                         static_cast<int64_t>(slot_bytes_ / 16), r.epochs,
+                                                         r.timed_out_device);
   check(cudaGetLastError(), "one_shot_all_reduce launch", r.device);
+}
+
+void PeerAllReduce::all_reduce_add_rms_norm(int rank, const Tensor& x, Tensor& residual, const Tensor& weight,
+                                            float eps, Tensor& out, cudaStream_t stream) {
+  std::vector<void*> inboxes;
+  std::vector<uint32_t*> flags;
+  for (const Rank& r : ranks_) inboxes.push_back(r.inbox), flags.push_back(r.flags);
+  const Peers peers = peers_of(inboxes, flags);
+  const int rows = static_cast<int>(x.dim(0)), hidden = static_cast<int>(x.dim(1));
+  // norm.cu's block shape, so that the reduction (and hence every bit of the result) is the same.
+  const int nvec = hidden / 8;
+  const int threads = nvec >= 1024 ? 1024 : ((nvec + 31) / 32) * 32;
+  const Rank& r = ranks_[rank];
+  const int size = static_cast<int>(ranks_.size());
+  const auto* xp = static_cast<const __nv_bfloat16*>(x.data);
+  auto* res = static_cast<__nv_bfloat16*>(residual.data);
+  const auto* w = static_cast<const __nv_bfloat16*>(weight.data);
+  auto* o = static_cast<__nv_bfloat16*>(out.data);
+  const auto slot_vectors = static_cast<int64_t>(slot_bytes_ / 16);
+  if (nvec <= threads) {
+    one_shot_all_reduce_add_rms_norm<1><<<kBlocks, threads, 0, stream>>>(
+        peers, rank, size, xp, res, w, eps, o, rows, hidden, slot_vectors, r.epochs, r.timed_out_device);
+  } else {
+    one_shot_all_reduce_add_rms_norm<2><<<kBlocks, threads, 0, stream>>>(
+        peers, rank, size, xp, res, w, eps, o, rows, hidden, slot_vectors, r.epochs, r.timed_out_device);
+  }
+  check(cudaGetLastError(), "one_shot_all_reduce_add_rms_norm launch", r.device);
 }
 
 bool PeerAllReduce::timed_out(int rank) const { return *const_cast<volatile int*>(ranks_[rank].timed_out_host) != 0; }

@@ -1,13 +1,15 @@
 #pragma once
 // A one-shot all-reduce for bf16 messages between the GPUs of this process, over peer-to-peer memory
 // (NVLink). Decode steps all-reduce a few KB to a few MB twice per layer, a cost that does not shrink with the
-// GPU count. Measured on 2 H200s (graph replays): 8 KiB in 8.9 µs (NCCL: 9.3 µs for 2 KiB), 2 MiB in 15.6 µs;
-// the 8B bench workload at TP 2 ran 10.99-11.20 s against 11.64-11.71 s with NCCL alone.
-// Each rank's kernel stages its input, raises a flag in every peer's memory, waits for theirs, and sums all
-// staged copies in rank order (so every rank holds bit-identical results, as with NCCL). Staging is double-
-// buffered by call parity, which with the arrival barrier makes reuse safe without a second barrier. Messages
-// are taken while (ranks - 1) x bytes <= 8 MiB; larger ones (prefill) go to NCCL, which is faster there. A peer that never arrives (it failed) releases the waiters after a timeout and marks
-// the rank unhealthy instead of hanging.
+// GPU count, so it is latency that matters here.
+// Each rank's kernel pushes its input into every peer's inbox (remote stores, which need no round trip),
+// raises a flag in every peer's memory behind them (release), waits for the peers' flags (acquire) and sums
+// its own input and the inboxes, all local reads, in rank order, so every rank holds bit-identical results.
+// Inboxes are double-buffered by call parity: a rank writes a peer's inbox half again only two calls later,
+// after that peer has arrived at the call in between, so it has finished reading it.
+// The fused variant also does the residual add and RMSNorm that follow a row-parallel layer.
+// Messages are taken while (ranks - 1) x bytes <= 8 MiB; larger ones (prefill) go to NCCL. A peer that never
+// arrives (it failed) releases the waiters after a timeout and marks the rank unhealthy instead of hanging.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -28,7 +30,14 @@ class PeerAllReduce {
 
   // Whether x takes this path (BF16, whole 16-byte vectors, small enough that one-shot beats NCCL).
   bool fits(const Tensor& x) const;
+  // In place: x = sum over ranks of x.
   void all_reduce(int rank, Tensor& x, cudaStream_t stream);
+  // Whether x [T, H] can take all_reduce_add_rms_norm: fits(x), and H <= 16384.
+  bool fits_fused(const Tensor& x) const;
+  // residual += sum over ranks of x; out = rms_norm(residual) * weight. Bit-identical to all_reduce()
+  // followed by the CUDA backend's add_rms_norm; x is left as it was.
+  void all_reduce_add_rms_norm(int rank, const Tensor& x, Tensor& residual, const Tensor& weight, float eps,
+                               Tensor& out, cudaStream_t stream);
   // True once a wait on rank's side timed out (its step's result is garbage).
   bool timed_out(int rank) const;
 
@@ -37,13 +46,14 @@ class PeerAllReduce {
 
   struct Rank {
     int device = 0;
-    void* staging = nullptr;        // 2 halves of kMaxBytes
+    void* inbox = nullptr;          // [2 parities][ranks][slot bytes]: what each peer pushed here
     uint32_t* flags = nullptr;      // [kBlocks][kMaxRanks]: epoch each peer reached
     uint32_t* epochs = nullptr;     // [kBlocks]: calls so far, per block of this rank's kernel
     int* timed_out_host = nullptr;  // mapped pinned memory
     int* timed_out_device = nullptr;
   };
   std::vector<Rank> ranks_;
+  size_t slot_bytes_ = 0;  // one peer's message
 };
 
 }  // namespace nanovllm

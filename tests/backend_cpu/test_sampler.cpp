@@ -1,5 +1,6 @@
 // The sampler's semantics (see the top of src/backend/cpu/sampler.cpp): greedy, seeded reproducibility,
-// each filter, and that the sampled distribution is softmax(logits / T).
+// each filter, and that the sampled distribution is softmax(logits / T); and sample_shard, whose per-shard
+// picks must merge to sample()'s token on any split of the vocabulary.
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -22,30 +23,40 @@ struct RowParams {
   int32_t step = 0;
 };
 
+// The controls of every row, as backend tensors.
+struct Controls {
+  OwnedTensor temperature, top_k, top_p, min_p, seed, step;
+  SamplerInputs inputs() const {
+    return {temperature.tensor, top_k.tensor, top_p.tensor, min_p.tensor, seed.tensor, step.tensor};
+  }
+};
+
+Controls make_controls(CpuBackend& backend, const std::vector<RowParams>& rows) {
+  const int64_t r = static_cast<int64_t>(rows.size());
+  Controls c{test::make_tensor(backend, DType::F32, {r}), test::make_tensor(backend, DType::I32, {r}),
+             test::make_tensor(backend, DType::F32, {r}), test::make_tensor(backend, DType::F32, {r}),
+             test::make_tensor(backend, DType::I64, {r}), test::make_tensor(backend, DType::I32, {r})};
+  for (int64_t i = 0; i < r; ++i) {
+    c.temperature.f32()[i] = rows[i].temperature;
+    c.top_k.i32()[i] = rows[i].top_k;
+    c.top_p.f32()[i] = rows[i].top_p;
+    c.min_p.f32()[i] = rows[i].min_p;
+    c.seed.tensor.as<int64_t>()[i] = rows[i].seed;
+    c.step.i32()[i] = rows[i].step;
+  }
+  return c;
+}
+
 // Samples every row of logits [rows, vocab] with its own controls; returns the token ids.
 std::vector<int32_t> sample(CpuBackend& backend, const std::vector<float>& logits, int64_t vocab,
                             const std::vector<RowParams>& rows) {
   const int64_t r = static_cast<int64_t>(rows.size());
   OwnedTensor logits_t = test::make_tensor(backend, DType::F32, {r, vocab});
   std::copy(logits.begin(), logits.end(), logits_t.f32());
-  OwnedTensor temperature = test::make_tensor(backend, DType::F32, {r});
-  OwnedTensor top_k = test::make_tensor(backend, DType::I32, {r});
-  OwnedTensor top_p = test::make_tensor(backend, DType::F32, {r});
-  OwnedTensor min_p = test::make_tensor(backend, DType::F32, {r});
-  OwnedTensor seed = test::make_tensor(backend, DType::I64, {r});
-  OwnedTensor step = test::make_tensor(backend, DType::I32, {r});
-  for (int64_t i = 0; i < r; ++i) {
-    temperature.f32()[i] = rows[i].temperature;
-    top_k.i32()[i] = rows[i].top_k;
-    top_p.f32()[i] = rows[i].top_p;
-    min_p.f32()[i] = rows[i].min_p;
-    seed.tensor.as<int64_t>()[i] = rows[i].seed;
-    step.i32()[i] = rows[i].step;
-  }
-  SamplerInputs in{temperature.tensor, top_k.tensor, top_p.tensor, min_p.tensor, seed.tensor, step.tensor};
+  const Controls controls = make_controls(backend, rows);
   OwnedTensor out = test::make_tensor(backend, DType::I32, {r});
   std::fill(out.i32(), out.i32() + r, -7);
-  backend.sample(logits_t.tensor, in, out.tensor);
+  backend.sample(logits_t.tensor, controls.inputs(), out.tensor);
   return std::vector<int32_t>(out.i32(), out.i32() + r);
 }
 
@@ -291,6 +302,233 @@ TEST(CpuSampler, GumbelNoiseIsPhiloxOfSeedStepToken) {
       if (philox_uniform(seed, s, i) > philox_uniform(seed, s, want)) want = i;
     EXPECT_EQ(sample_one(backend, logits, {1.0f, 0, 1.0f, 0.0f, static_cast<int64_t>(seed), s}), want);
   }
+}
+
+
+// --- sample_shard: sample()'s pick on one vocabulary shard (tensor parallelism) ---
+
+struct ShardPicks {
+  std::vector<float> key;
+  std::vector<int32_t> token;
+};
+
+// sample_shard on columns [begin, begin + chunk) of logits [rows, vocab], as a rank holding that chunk of the
+// lm_head sees them: a [rows, chunk] tensor whose columns past the vocabulary hold `pad`.
+ShardPicks sample_shard(CpuBackend& backend, const std::vector<float>& logits, int64_t vocab, int64_t begin,
+                        int64_t chunk, float pad, const std::vector<RowParams>& rows) {
+  const int64_t r = static_cast<int64_t>(rows.size());
+  const int64_t valid = std::clamp<int64_t>(vocab - begin, 0, chunk);
+  OwnedTensor part = test::make_tensor(backend, DType::F32, {r, chunk});
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t j = 0; j < chunk; ++j) part.f32()[i * chunk + j] = j < valid ? logits[i * vocab + begin + j] : pad;
+  }
+  const Controls controls = make_controls(backend, rows);
+  OwnedTensor key = test::poisoned_f32(backend, {r});
+  OwnedTensor token = test::make_tensor(backend, DType::I32, {r});
+  std::fill(token.i32(), token.i32() + r, -7);
+  backend.sample_shard(part.tensor, begin, valid, controls.inputs(), key.tensor, token.tensor);
+  return {key.to_vector(), std::vector<int32_t>(token.i32(), token.i32() + r)};
+}
+
+// The merge backend.h prescribes: the largest key, the lowest token on equal keys, 0 when every shard has
+// nothing (token INT32_MAX).
+struct Merged {
+  float key;
+  int32_t token;
+};
+
+std::vector<Merged> merge_shards(const std::vector<ShardPicks>& shards, size_t rows) {
+  std::vector<Merged> merged(rows, {-std::numeric_limits<float>::infinity(), std::numeric_limits<int32_t>::max()});
+  for (const ShardPicks& s : shards) {
+    for (size_t r = 0; r < rows; ++r) {
+      if (s.key[r] > merged[r].key || (s.key[r] == merged[r].key && s.token[r] < merged[r].token))
+        merged[r] = {s.key[r], s.token[r]};
+    }
+  }
+  for (Merged& m : merged)
+    if (m.token == std::numeric_limits<int32_t>::max()) m.token = 0;
+  return merged;
+}
+
+// Every shard of a P-way split (chunk = ceil(V / P), the last ones padded or empty), merged.
+std::vector<Merged> sample_sharded(CpuBackend& backend, const std::vector<float>& logits, int64_t vocab, int parts,
+                                   float pad, const std::vector<RowParams>& rows) {
+  const int64_t chunk = (vocab + parts - 1) / parts;
+  std::vector<ShardPicks> shards;
+  for (int p = 0; p < parts; ++p) {
+    shards.push_back(sample_shard(backend, logits, vocab, p * chunk, chunk, pad, rows));
+    for (size_t r = 0; r < rows.size(); ++r) {  // every output written, tokens inside the shard or "none"
+      const int32_t t = shards.back().token[r];
+      const bool none = t == std::numeric_limits<int32_t>::max();
+      EXPECT_TRUE(none || (t >= p * chunk && t < std::min<int64_t>(vocab, (p + 1) * chunk)))
+          << "P " << parts << " shard " << p << " row " << r << ": token " << t;
+      EXPECT_EQ(none, shards.back().key[r] == -std::numeric_limits<float>::infinity()) << "row " << r;
+    }
+  }
+  return merge_shards(shards, rows.size());
+}
+
+// The key sample() compares for token t of a row (backend.h): the raw logit when greedy, else
+// z - log(-log(u)) with z = logit / T and u = min(philox_uniform(seed, step, t), 1 - 2^-24).
+float reference_key(float logit, const RowParams& p, int32_t token) {
+  if (!(p.temperature > 0.0f)) return logit;
+  const float u = std::min(philox_uniform(static_cast<uint64_t>(p.seed), static_cast<uint32_t>(p.step),
+                                          static_cast<uint32_t>(token)),
+                           0x1.fffffep-1f);
+  return logit / p.temperature - std::log(-std::log(u));
+}
+
+// Rows of V = 1001 (odd, so every split pads): temperature and greedy rows, ties, masked tokens, NaN.
+std::vector<float> shard_test_logits(int64_t vocab, std::mt19937& rng) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> logits;
+  for (int r = 0; r < 7; ++r) {
+    auto row = random_logits(vocab, rng, r == 6 ? 0.5f : 3.0f);
+    switch (r) {
+      case 1:  // greedy: a tie for the maximum in different shards; 37 must win
+        row[900] = row[37] = 100.0f;
+        break;
+      case 2:  // temperature: the first 600 tokens masked (whole shards have nothing), a few NaN
+        std::fill(row.begin(), row.begin() + 600, -inf);
+        row[700] = row[950] = std::numeric_limits<float>::quiet_NaN();
+        break;
+      case 3:  // temperature: two +inf logits in different shards tie at key +inf; the lower token wins
+        row[250] = row[800] = inf;
+        break;
+      case 4:  // greedy: the last 701 tokens masked or NaN
+        std::fill(row.begin() + 300, row.end(), -inf);
+        row[310] = std::numeric_limits<float>::quiet_NaN();
+        break;
+      case 5:  // peaked, as a real model: most of the noise is pruned
+        for (int j = 0; j < 6; ++j) row[rng() % vocab] += 12.0f + 3.0f * j;
+        break;
+      default:
+        break;
+    }
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  return logits;
+}
+
+std::vector<RowParams> shard_test_rows(int32_t step) {
+  return {{0.7f, 0, 1.0f, 0.0f, 11, step},      {0.0f, 0, 1.0f, 0.0f, 12, step + 1},
+          {1.0f, 0, 1.0f, 0.0f, 13, 3 * step},  {1.3f, 0, 1.0f, 0.0f, 14, step},
+          {0.0f, 0, 1.0f, 0.0f, 15, step},      {0.3f, 0, 1.0f, 0.0f, 16 + step, 7},
+          {2.0f, 0, 1.0f, 0.0f, 1ll << 40, step}};
+}
+
+TEST(CpuSampleShard, MergedShardsEqualSampleOfTheWholeRow) {
+  CpuBackend backend;
+  std::mt19937 rng(58);
+  const int64_t vocab = 1001;
+  const auto logits = shard_test_logits(vocab, rng);
+  int sampled_rows_not_argmax = 0;
+  for (int32_t step = 0; step < 12; ++step) {
+    const auto rows = shard_test_rows(step);
+    const auto want = sample(backend, logits, vocab, rows);
+    EXPECT_EQ(want[1], 37);
+    EXPECT_EQ(want[3], 250);
+    for (int r = 0; r < 7; ++r)
+      sampled_rows_not_argmax += rows[r].temperature > 0 && want[r] != argmax(logits, r * vocab, (r + 1) * vocab);
+    // P = 45 leaves the last shard empty (chunk 23, and 44 * 23 >= 1001).
+    for (int parts : {1, 2, 3, 4, 45}) {
+      for (float pad : {1e30f, std::numeric_limits<float>::infinity()}) {
+        const auto merged = sample_sharded(backend, logits, vocab, parts, pad, rows);
+        for (int r = 0; r < 7; ++r) {
+          EXPECT_EQ(merged[r].token, want[r]) << "P " << parts << " pad " << pad << " step " << step << " row " << r;
+          // The key is exactly the float sample() compares for that token.
+          const float k = reference_key(logits[r * vocab + want[r]], rows[r], want[r]);
+          EXPECT_EQ(merged[r].key, k) << "P " << parts << " step " << step << " row " << r;
+        }
+      }
+    }
+  }
+  EXPECT_GT(sampled_rows_not_argmax, 10);  // the temperature rows really sample
+}
+
+// Rows where nothing has probability: every shard says so and the merge gives sample()'s 0. Where logits are
+// finite but logit / T overflows to -inf, sample() takes the raw argmax instead: the shards report nothing,
+// and rerunning them at temperature 0 gives sample()'s token (backend.h).
+TEST(CpuSampleShard, RowsWithNothingToSample) {
+  CpuBackend backend;
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t vocab = 101;
+  std::vector<float> logits(4 * vocab, -inf);
+  std::fill(logits.begin() + vocab, logits.begin() + 2 * vocab, std::numeric_limits<float>::quiet_NaN());
+  std::fill(logits.begin() + 2 * vocab, logits.begin() + 3 * vocab, -3e38f);
+  logits[2 * vocab + 77] = -2e38f;
+  std::fill(logits.begin() + 3 * vocab, logits.end(), -3e38f);
+  std::vector<RowParams> rows = {{1.0f, 0, 1.0f, 0.0f, 1, 2}, {0.0f, 0, 1.0f, 0.0f, 1, 2},
+                                 {0.01f, 0, 1.0f, 0.0f, 1, 2}, {0.0f, 0, 1.0f, 0.0f, 1, 2}};
+  const auto want = sample(backend, logits, vocab, rows);
+  EXPECT_EQ(want, (std::vector<int32_t>{0, 0, 77, 0}));
+  for (int parts : {2, 3}) {
+    const auto merged = sample_sharded(backend, logits, vocab, parts, 5.0f, rows);
+    EXPECT_EQ(merged[0].token, 0);
+    EXPECT_EQ(merged[1].token, 0);
+    EXPECT_EQ(merged[2].token, 0);  // nothing of probability in any shard
+    EXPECT_EQ(merged[2].key, -inf);
+    EXPECT_EQ(merged[3].token, 0);  // greedy: the first of the tied -3e38 logits
+    EXPECT_EQ(merged[3].key, -3e38f);
+    std::vector<RowParams> greedy = rows;
+    for (RowParams& p : greedy) p.temperature = 0.0f;
+    const auto rerun = sample_sharded(backend, logits, vocab, parts, 5.0f, greedy);
+    EXPECT_EQ(rerun[2].token, want[2]);
+  }
+}
+
+// top_k, top_p and min_p are not applied: such rows draw as plain temperature sampling.
+TEST(CpuSampleShard, FiltersAreIgnored) {
+  CpuBackend backend;
+  std::mt19937 rng(59);
+  const int64_t vocab = 1001;
+  const auto logits = shard_test_logits(vocab, rng);
+  const auto plain = shard_test_rows(4);
+  auto filtered = plain;
+  for (RowParams& p : filtered) {
+    p.top_k = 3;
+    p.top_p = 0.2f;
+    p.min_p = 0.5f;
+  }
+  int differ = 0;
+  for (int64_t begin : {int64_t{0}, int64_t{334}, int64_t{668}}) {
+    const auto a = sample_shard(backend, logits, vocab, begin, 334, 0.0f, plain);
+    const auto b = sample_shard(backend, logits, vocab, begin, 334, 0.0f, filtered);
+    EXPECT_EQ(a.token, b.token) << "shard at " << begin;
+    for (size_t r = 0; r < plain.size(); ++r) EXPECT_EQ(a.key[r], b.key[r]) << "row " << r;
+  }
+  // ... whereas sample() does apply them (so the rows above really carry filters that matter).
+  const auto with = sample(backend, logits, vocab, filtered), without = sample(backend, logits, vocab, plain);
+  for (size_t r = 0; r < plain.size(); ++r) differ += with[r] != without[r];
+  EXPECT_GT(differ, 0);
+}
+
+TEST(CpuSampleShard, RejectsBadArguments) {
+  CpuBackend backend;
+  const std::vector<RowParams> rows = shard_test_rows(0);
+  const int64_t r = static_cast<int64_t>(rows.size());
+  const Controls controls = make_controls(backend, rows);
+  OwnedTensor logits = test::make_tensor(backend, DType::F32, {r, 10});
+  std::fill(logits.f32(), logits.f32() + logits.numel(), 0.5f);
+  OwnedTensor key = test::make_tensor(backend, DType::F32, {r});
+  OwnedTensor token = test::make_tensor(backend, DType::I32, {r});
+  OwnedTensor short_key = test::make_tensor(backend, DType::F32, {r - 1});
+  OwnedTensor i32_logits = test::make_tensor(backend, DType::I32, {r, 10});
+  const SamplerInputs in = controls.inputs();
+  EXPECT_NO_THROW(backend.sample_shard(logits.tensor, 90, 10, in, key.tensor, token.tensor));
+  EXPECT_THROW(backend.sample_shard(logits.tensor, 90, 11, in, key.tensor, token.tensor), EngineError);
+  EXPECT_THROW(backend.sample_shard(logits.tensor, 90, -1, in, key.tensor, token.tensor), EngineError);
+  EXPECT_THROW(backend.sample_shard(logits.tensor, -1, 10, in, key.tensor, token.tensor), EngineError);
+  EXPECT_THROW(backend.sample_shard(logits.tensor, 0, 10, in, short_key.tensor, token.tensor), EngineError);
+  EXPECT_THROW(backend.sample_shard(logits.tensor, 0, 10, in, token.tensor, token.tensor), EngineError);
+  EXPECT_THROW(backend.sample_shard(i32_logits.tensor, 0, 10, in, key.tensor, token.tensor), EngineError);
+  SamplerInputs no_seed = in;
+  no_seed.seed = Tensor();
+  EXPECT_THROW(backend.sample_shard(logits.tensor, 0, 10, no_seed, key.tensor, token.tensor), EngineError);
+  // Only temperature, seed and step are read: rows without the filter tensors are fine.
+  SamplerInputs plain = in;
+  plain.top_k = plain.top_p = plain.min_p = Tensor();
+  EXPECT_NO_THROW(backend.sample_shard(logits.tensor, 0, 10, plain, key.tensor, token.tensor));
 }
 
 }  // namespace

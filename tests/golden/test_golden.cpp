@@ -3,11 +3,14 @@
 // Also: every prompt in one batch gives what it gives alone, under chunked prefill and prefix-cache hits.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -288,6 +291,37 @@ TEST_P(TensorParallelGoldenTest, MinTokensBanRecomputesLogprobsOnAllRanks) {
   const PositionLogprobs& step0 = (*out[0].logprobs)[0];
   EXPECT_EQ(step0[1].first, c.greedy[0]);
   EXPECT_NEAR(step0[1].second, c.greedy_logprobs[0], kLogprobTolerance);
+}
+
+// Without logprobs the ranks sample on their own vocabulary chunks and send rank 0 only (key, token) pairs:
+// the tokens must be the ones one rank draws from whole rows, for seeded temperature sampling (the noise is
+// keyed by the global token id) and greedy rows mixed in one batch. top_k needs whole rows: the same tokens
+// again, through the gathered logits.
+TEST_P(TensorParallelGoldenTest, SamplingOnVocabularyShardsDrawsWhatOneRankDraws) {
+  std::vector<Prompt> prompts;
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < cases_.size(); ++i) {
+    prompts.push_back(Prompt::from_tokens(cases_[i].prompt));
+    SamplingParams p;
+    p.temperature = i % 3 == 2 ? 0.0f : 1.3f;  // a flat distribution: many tokens can win
+    p.seed = 1000 + i;
+    p.max_tokens = 12;
+    p.ignore_eos = true;
+    params.push_back(p);
+  }
+  for (int top_k : {-1, 7}) {
+    for (SamplingParams& p : params) p.top_k = top_k;
+    LLM one(cpu_config(model_, 16, 4096, 64));
+    LLM ranks(cpu_config(model_, 16, 4096, 64, -1, GetParam().size));
+    const auto want = one.generate(prompts, params), got = ranks.generate(prompts, params);
+    std::set<int32_t> distinct;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(got[i].error.empty()) << got[i].error;
+      EXPECT_EQ(got[i].token_ids, want[i].token_ids) << "prompt " << i << ", top_k " << top_k;
+      distinct.insert(want[i].token_ids.begin(), want[i].token_ids.end());
+    }
+    EXPECT_GT(distinct.size(), 10u) << "the sampled tokens should spread over the vocabulary";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelGoldenTest,

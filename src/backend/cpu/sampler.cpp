@@ -18,8 +18,14 @@
 //      from softmax(z) restricted to the kept set, and is a pure function of (seed, step, logits).
 //      philox_uniform is already in (0, 1 - 2^-24]; the clamp only guarantees, whatever the generator, the
 //      finite noise bound (<= 16.64) that lets the search skip tokens which cannot win.
+//
+// sample_shard (tensor parallelism) runs steps 1, 2 and 6 on the columns [0, valid) of one vocabulary shard,
+// with the noise of the global token id vocab_start + i, and returns the winner with its key (the raw logit
+// for greedy rows, z_i - log(-log(u_i)) otherwise). It shares greedy_pick, scale_row and gumbel_argmax with
+// sample_row, so the keys are the very floats sample() compares and the shards' best merge to sample()'s pick.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -47,16 +53,56 @@ struct RowControls {
   uint32_t step;
 };
 
-int32_t greedy_token(const float* logits, int64_t vocab) {
-  int64_t best = 0;
-  float best_value = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (logits[i] > best_value) {
-      best_value = logits[i];
-      best = i;
-    }
+// A winner: its key and its (shard-local) index; index -1 when nothing has probability.
+struct Pick {
+  float key;
+  int64_t index;
+};
+
+// The argmax of logits[0, n): lowest index on ties; NaN and -inf never win (index -1 when nothing is above -inf).
+Pick greedy_pick(const float* logits, int64_t n) {
+  Pick best{-std::numeric_limits<float>::infinity(), -1};
+  for (int64_t i = 0; i < n; ++i) {
+    if (logits[i] > best.key) best = {logits[i], i};
   }
-  return static_cast<int32_t>(best);
+  return best;
+}
+
+int32_t greedy_token(const float* logits, int64_t vocab) {
+  const Pick best = greedy_pick(logits, vocab);
+  return best.index < 0 ? 0 : static_cast<int32_t>(best.index);
+}
+
+// scaled[i] = logits[i] / T for i < n (a division, not a multiply by 1/T). Returns the largest z and the
+// lowest index holding it (index -1 when every z is -inf or NaN).
+Pick scale_row(const float* logits, int64_t n, float temperature, std::vector<float>& scaled) {
+  Pick top{-std::numeric_limits<float>::infinity(), -1};
+  for (int64_t i = 0; i < n; ++i) {
+    scaled[i] = logits[i] / temperature;
+    if (scaled[i] > top.key) top = {scaled[i], i};
+  }
+  return top;
+}
+
+// The Gumbel-perturbed key of a token of scaled logit z: what the argmax compares. token is the global id.
+float gumbel_key(float z, const RowControls& c, int64_t token) {
+  const float u = std::min(philox_uniform(c.seed, c.step, static_cast<uint32_t>(token)), kLargestUniform);
+  return z - std::log(-std::log(u));
+}
+
+// Gumbel-max over the kept indices (into scaled; noise of token_offset + index), lowest index on an exact
+// tie. Every filter keeps the most likely token (top), so its key starts the search, and a token whose z is
+// more than the largest possible noise below the best key so far cannot win: skipping it changes nothing
+// (rounding is monotonic, and the noise of a clamped u is at most ~16.64 < kMaxGumbel).
+Pick gumbel_argmax(const std::vector<float>& scaled, const std::vector<int32_t>& kept, const Pick& top,
+                   const RowControls& c, int64_t token_offset) {
+  Pick best{gumbel_key(top.key, c, token_offset + top.index), top.index};
+  for (int32_t i : kept) {
+    if (scaled[i] + kMaxGumbel < best.key) continue;
+    const float key = gumbel_key(scaled[i], c, token_offset + i);
+    if (key > best.key || (key == best.key && i < best.index)) best = {key, i};
+  }
+  return best;
 }
 
 // scaled and kept are scratch of V elements owned by the calling thread.
@@ -64,16 +110,9 @@ int32_t sample_row(const float* logits, int64_t vocab, const RowControls& c, std
                    std::vector<int32_t>& kept) {
   if (!(c.temperature > 0.0f)) return greedy_token(logits, vocab);
 
-  float z_max = -std::numeric_limits<float>::infinity();
-  int32_t top_index = 0;  // the lowest index of the largest z
-  for (int64_t i = 0; i < vocab; ++i) {
-    scaled[i] = logits[i] / c.temperature;
-    if (scaled[i] > z_max) {
-      z_max = scaled[i];
-      top_index = static_cast<int32_t>(i);
-    }
-  }
-  if (!(z_max > -std::numeric_limits<float>::infinity())) return greedy_token(logits, vocab);
+  const Pick top = scale_row(logits, vocab, c.temperature, scaled);
+  if (top.index < 0) return greedy_token(logits, vocab);
+  const float z_max = top.key;
 
   kept.clear();
   const bool use_min_p = c.min_p > 0.0f;
@@ -114,25 +153,53 @@ int32_t sample_row(const float* logits, int64_t vocab, const RowControls& c, std
       sorted = std::min(kept.size(), sorted * 4);
     }
   }
+  return static_cast<int32_t>(gumbel_argmax(scaled, kept, top, c, 0).index);
+}
 
-  // Gumbel-max. Every filter keeps the most likely token (top_index), so its value starts the search, and a
-  // token whose z is more than the largest possible noise below the best so far cannot win: skipping it
-  // changes nothing (rounding is monotonic, and the noise of a clamped u is at most ~16.64 < kMaxGumbel).
-  const auto noisy = [&](int32_t i) {
-    const float u = std::min(philox_uniform(c.seed, c.step, static_cast<uint32_t>(i)), kLargestUniform);
-    return scaled[i] - std::log(-std::log(u));
-  };
-  int32_t best = top_index;
-  float best_value = noisy(top_index);
-  for (int32_t i : kept) {
-    if (scaled[i] + kMaxGumbel < best_value) continue;
-    const float value = noisy(i);
-    if (value > best_value || (value == best_value && i < best)) {
-      best_value = value;
-      best = i;
-    }
+// sample_row's steps 1, 2 and 6 on columns [0, valid) of a shard starting at global token vocab_start
+// (top_k, top_p and min_p are not applied). No fallback to greedy: a shard with nothing of probability
+// reports index -1.
+Pick shard_row(const float* logits, int64_t valid, int64_t vocab_start, const RowControls& c,
+               std::vector<float>& scaled, std::vector<int32_t>& kept) {
+  if (!(c.temperature > 0.0f)) return greedy_pick(logits, valid);
+  const Pick top = scale_row(logits, valid, c.temperature, scaled);
+  if (top.index < 0) return top;
+  kept.clear();
+  for (int64_t i = 0; i < valid; ++i) {
+    if (scaled[i] > -std::numeric_limits<float>::infinity()) kept.push_back(static_cast<int32_t>(i));
   }
-  return best;
+  return gumbel_argmax(scaled, kept, top, c, vocab_start);
+}
+
+// The six controls, each F32 / I32 / I64 of `rows` elements. sample_shard reads only temperature, seed and
+// step (check_all false).
+void check_controls(const SamplerInputs& in, int64_t rows, bool check_all, const char* op) {
+  const struct {
+    const Tensor* tensor;
+    DType dtype;
+    const char* name;
+    bool used_by_shard;
+  } controls[] = {{&in.temperature, DType::F32, "temperature", true}, {&in.top_k, DType::I32, "top_k", false},
+                  {&in.top_p, DType::F32, "top_p", false},             {&in.min_p, DType::F32, "min_p", false},
+                  {&in.seed, DType::I64, "seed", true},                {&in.step, DType::I32, "step", true}};
+  for (const auto& control : controls) {
+    if (!check_all && !control.used_by_shard) continue;
+    cpu::require_dtype(*control.tensor, control.dtype, op, control.name);
+    cpu::require_vector(*control.tensor, rows, op, control.name);
+  }
+}
+
+RowControls controls_of(const SamplerInputs& in, int64_t r, bool shard) {
+  if (shard) {  // plain temperature sampling: top_k, top_p and min_p off
+    return {in.temperature.as<const float>()[r], 0, 1.0f, 0.0f,
+            static_cast<uint64_t>(in.seed.as<const int64_t>()[r]), static_cast<uint32_t>(in.step.as<const int32_t>()[r])};
+  }
+  return {in.temperature.as<const float>()[r],
+          in.top_k.as<const int32_t>()[r],
+          in.top_p.as<const float>()[r],
+          in.min_p.as<const float>()[r],
+          static_cast<uint64_t>(in.seed.as<const int64_t>()[r]),
+          static_cast<uint32_t>(in.step.as<const int32_t>()[r])};
 }
 
 }  // namespace
@@ -145,14 +212,7 @@ void CpuBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& t
   const int64_t vocab = logits.row_elems();
   cpu::require(vocab > 0, op, "logits " + logits.shape_string() + " have no columns");
   cpu::require_vector(token_ids, rows, op, "token_ids");
-  const std::pair<const Tensor*, DType> controls[] = {{&in.temperature, DType::F32}, {&in.top_k, DType::I32},
-                                                      {&in.top_p, DType::F32},       {&in.min_p, DType::F32},
-                                                      {&in.seed, DType::I64},        {&in.step, DType::I32}};
-  const char* names[] = {"temperature", "top_k", "top_p", "min_p", "seed", "step"};
-  for (int i = 0; i < 6; ++i) {
-    cpu::require_dtype(*controls[i].first, controls[i].second, op, names[i]);
-    cpu::require_vector(*controls[i].first, rows, op, names[i]);
-  }
+  check_controls(in, rows, true, op);
   const float* x = logits.as<const float>();
   int32_t* out = token_ids.as<int32_t>();
 #pragma omp parallel num_threads(num_threads_) if (rows > 1)
@@ -161,14 +221,42 @@ void CpuBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& t
     std::vector<int32_t> kept;
     kept.reserve(static_cast<size_t>(vocab));
 #pragma omp for schedule(dynamic, 1)
+    for (int64_t r = 0; r < rows; ++r) out[r] = sample_row(x + r * vocab, vocab, controls_of(in, r, false), scaled, kept);
+  }
+}
+
+void CpuBackend::sample_shard(const Tensor& logits, int64_t vocab_start, int64_t valid, const SamplerInputs& in,
+                              Tensor& best_key, Tensor& best_token) {
+  const char* op = "sample_shard";
+  cpu::require_dtype(logits, DType::F32, op, "logits");
+  cpu::require_dtype(best_key, DType::F32, op, "best_key");
+  cpu::require_dtype(best_token, DType::I32, op, "best_token");
+  cpu::require(logits.ndim == 2, op, "logits " + logits.shape_string() + " must be [R, C]");
+  const int64_t rows = logits.dim(0);
+  const int64_t cols = logits.dim(1);
+  cpu::require(valid >= 0 && valid <= cols, op,
+               "valid " + std::to_string(valid) + " outside [0, " + std::to_string(cols) + "] for logits " +
+                   logits.shape_string());
+  cpu::require(vocab_start >= 0 && vocab_start + valid <= std::numeric_limits<int32_t>::max(), op,
+               "vocab_start " + std::to_string(vocab_start) + " with " + std::to_string(valid) +
+                   " tokens is outside the I32 token ids");
+  cpu::require_vector(best_key, rows, op, "best_key");
+  cpu::require_vector(best_token, rows, op, "best_token");
+  check_controls(in, rows, false, op);
+  const float* x = logits.as<const float>();
+  float* keys = best_key.as<float>();
+  int32_t* tokens = best_token.as<int32_t>();
+#pragma omp parallel num_threads(num_threads_) if (rows > 1)
+  {
+    std::vector<float> scaled(static_cast<size_t>(valid));
+    std::vector<int32_t> kept;
+    kept.reserve(static_cast<size_t>(valid));
+#pragma omp for schedule(dynamic, 1)
     for (int64_t r = 0; r < rows; ++r) {
-      const RowControls c{in.temperature.as<const float>()[r],
-                          in.top_k.as<const int32_t>()[r],
-                          in.top_p.as<const float>()[r],
-                          in.min_p.as<const float>()[r],
-                          static_cast<uint64_t>(in.seed.as<const int64_t>()[r]),
-                          static_cast<uint32_t>(in.step.as<const int32_t>()[r])};
-      out[r] = sample_row(x + r * vocab, vocab, c, scaled, kept);
+      const Pick best = shard_row(x + r * cols, valid, vocab_start, controls_of(in, r, true), scaled, kept);
+      const bool none = best.index < 0 || !(best.key > -std::numeric_limits<float>::infinity());
+      keys[r] = none ? -std::numeric_limits<float>::infinity() : best.key;
+      tokens[r] = none ? std::numeric_limits<int32_t>::max() : static_cast<int32_t>(vocab_start + best.index);
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -420,6 +421,46 @@ void CudaBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& 
   args.token_ids = token_ids.as<int>();
   args.rows = static_cast<int>(rows);
   args.vocab = static_cast<int>(logits.dim(1));
+  cuda::launch_sample(args, sampler_workspace_.data(), sampler_workspace_.bytes(), stream_);
+}
+
+// sample()'s fast path in shard mode (see SamplerArgs): the same kernels, the same workspace (a shard has
+// at most vocab_size columns), so it is capturable and allocates nothing.
+void CudaBackend::sample_shard(const Tensor& logits, int64_t vocab_start, int64_t valid, const SamplerInputs& in,
+                               Tensor& best_key, Tensor& best_token) {
+  make_current();
+  const char* op = "sample_shard";
+  require_dtype(logits, DType::F32, op, "logits");
+  require_dtype(best_key, DType::F32, op, "best_key");
+  require_dtype(best_token, DType::I32, op, "best_token");
+  require_dtype(in.temperature, DType::F32, op, "temperature");
+  require_dtype(in.seed, DType::I64, op, "seed");
+  require_dtype(in.step, DType::I32, op, "step");
+  require(logits.ndim == 2, op, "logits " + logits.shape_string() + " must be [R, C]");
+  const int64_t rows = logits.dim(0);
+  const int64_t cols = logits.dim(1);
+  require(valid >= 0 && valid <= cols, op,
+          "valid " + std::to_string(valid) + " outside [0, " + std::to_string(cols) + "] for logits " +
+              logits.shape_string());
+  require(vocab_start >= 0 && vocab_start + valid <= INT32_MAX, op,
+          "vocab_start " + std::to_string(vocab_start) + " with " + std::to_string(valid) +
+              " tokens is outside the I32 token ids");
+  require(best_key.numel() == rows && best_token.numel() == rows && in.temperature.numel() >= rows &&
+              in.seed.numel() >= rows && in.step.numel() >= rows,
+          op, "logits " + logits.shape_string() + ", best_key " + best_key.shape_string() + ", best_token " +
+                  best_token.shape_string() + " and the sampler inputs disagree on the row count");
+  require(reserved_, op, "reserve() must be called first (it sizes the sampler workspace)");
+  cuda::SamplerArgs args;
+  args.logits = logits.as<float>();
+  args.temperature = in.temperature.as<float>();
+  args.seed = in.seed.as<int64_t>();
+  args.step = in.step.as<int>();
+  args.token_ids = best_token.as<int>();
+  args.rows = static_cast<int>(rows);
+  args.vocab = static_cast<int>(valid);
+  args.row_stride = cols;
+  args.best_key = best_key.as<float>();
+  args.token_offset = static_cast<int>(vocab_start);
   cuda::launch_sample(args, sampler_workspace_.data(), sampler_workspace_.bytes(), stream_);
 }
 

@@ -63,7 +63,7 @@ void launch_f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t numel, cud
 
 // sampler.cu
 struct SamplerArgs {
-  const float* logits = nullptr;  // [R, V]
+  const float* logits = nullptr;  // [R, row_stride]: columns [0, vocab) of each row are sampled
   const float* temperature = nullptr;
   const int* top_k = nullptr;
   const float* top_p = nullptr;
@@ -73,6 +73,13 @@ struct SamplerArgs {
   int* token_ids = nullptr;       // [R]
   int rows = 0;
   int vocab = 0;
+  int64_t row_stride = 0;         // floats from one row to the next; 0 = vocab
+  // Shard mode (Backend::sample_shard) when best_key is set: the columns are the tokens token_offset + i,
+  // whose global id the noise is drawn for; top_k, top_p and min_p are ignored, and per row the shard's
+  // winner is written as best_key[r] (its key) and token_ids[r] = token_offset + i, or -inf and INT_MAX when
+  // nothing in the shard has probability (sample()'s greedy fallback is the caller's).
+  float* best_key = nullptr;      // [R]
+  int token_offset = 0;
 };
 // Scratch (bytes) of the fast path for up to max_rows rows of vocab logits.
 size_t sampler_workspace_bytes(int max_rows, int vocab);

@@ -19,6 +19,12 @@
 // -inf or NaN are never kept, min_p never drops the top token, and a row left with none falls back to
 // greedy on the raw logits. The CPU sampler (cpu/sampler.cpp) takes the
 // same steps, so a seeded row draws the same token on both unless fp32 rounding decides a near tie.
+//
+// Shard mode (sample_shard, SamplerArgs::best_key set) runs the fast path on one vocabulary shard: the
+// columns [0, vocab) of rows row_stride apart, noise drawn for the global token token_offset + i, no
+// top_k / top_p / min_p (row_params drops them) and no greedy fallback. The argmax, the pruning (relative
+// to the shard's own maximum, still exact) and the keys are the same code and floats as sample()'s, so the
+// best key over the shards is sample()'s pick; write_pick outputs the key with the token.
 #include <cooperative_groups.h>
 
 #include <cfloat>
@@ -50,11 +56,22 @@ struct RowParams {
   float min_p;
   uint64_t seed;
   uint32_t step;
+  int token_offset;  // global id of column 0 (shard mode), for the noise
 };
 
+__device__ __forceinline__ bool is_shard(const SamplerArgs& a) { return a.best_key != nullptr; }
+
 __device__ __forceinline__ RowParams row_params(const SamplerArgs& a, int r) {
+  if (is_shard(a)) {  // plain temperature sampling (the filters need the whole row)
+    return {a.temperature[r], 0, 1.0f, 0.0f, static_cast<uint64_t>(a.seed[r]), static_cast<uint32_t>(a.step[r]),
+            a.token_offset};
+  }
   return {a.temperature[r], a.top_k[r], a.top_p[r], a.min_p[r], static_cast<uint64_t>(a.seed[r]),
-          static_cast<uint32_t>(a.step[r])};
+          static_cast<uint32_t>(a.step[r]), 0};
+}
+
+__device__ __forceinline__ const float* row_of(const SamplerArgs& a, int r) {
+  return a.logits + static_cast<int64_t>(r) * (a.row_stride > 0 ? a.row_stride : a.vocab);
 }
 
 __device__ __forceinline__ bool is_greedy(const RowParams& p) { return !(p.temperature > 0.0f); }
@@ -67,8 +84,10 @@ __device__ __forceinline__ bool needs_filtered_path(const RowParams& p, int voca
 // step rounds 2^24 - 0.5 up), and u = 1 would give infinite noise. cpu/sampler.cpp clamps the same way.
 constexpr float kLargestUniform = 0x1.fffffep-1f;  // 1 - 2^-24
 
+// token is the column; the noise is that of the global id p.token_offset + token.
 __device__ __forceinline__ float gumbel(const RowParams& p, int token) {
-  const float u = fminf(philox_uniform(p.seed, p.step, static_cast<uint32_t>(token)), kLargestUniform);
+  const float u =
+      fminf(philox_uniform(p.seed, p.step, static_cast<uint32_t>(p.token_offset + token)), kLargestUniform);
   return -logf(-logf(u));
 }
 
@@ -113,6 +132,19 @@ __device__ Best block_best(Best b, Best* scratch) {
   return warp_best(b);
 }
 
+// The row's result from its winner (index INT_MAX: none). sample(): the token, 0 when none (every logit
+// NaN). Shard mode: the key and the global token, or -inf and INT_MAX when nothing has probability (greedy
+// -inf "winners" included).
+__device__ __forceinline__ void write_pick(const SamplerArgs& a, int r, Best b) {
+  if (!is_shard(a)) {
+    a.token_ids[r] = b.index == INT_MAX ? 0 : b.index;
+    return;
+  }
+  const bool none = b.index == INT_MAX || !(b.value > -INFINITY);
+  a.best_key[r] = none ? -INFINITY : b.value;
+  a.token_ids[r] = none ? INT_MAX : a.token_offset + b.index;
+}
+
 struct FastWorkspace {
   float* chunk_max;    // [rows, chunks]
   float* best_value;   // [rows, chunks]
@@ -134,7 +166,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_max_kernel(const SamplerA
   const int r = blockIdx.y, c = blockIdx.x;
   const RowParams p = row_params(a, r);
   if (is_greedy(p) || needs_filtered_path(p, a.vocab)) return;
-  const float* row = a.logits + static_cast<int64_t>(r) * a.vocab;
+  const float* row = row_of(a, r);
   const int end = min(a.vocab, (c + 1) * kChunk);
   float m = -INFINITY;
   for (int i = c * kChunk + threadIdx.x; i < end; i += kChunkThreads) m = fmaxf(m, row[i]);
@@ -148,7 +180,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_best_kernel(const Sampler
   const int r = blockIdx.y, c = blockIdx.x, chunks = gridDim.x;
   const RowParams p = row_params(a, r);
   if (needs_filtered_path(p, a.vocab)) return;
-  const float* row = a.logits + static_cast<int64_t>(r) * a.vocab;
+  const float* row = row_of(a, r);
   const int end = min(a.vocab, (c + 1) * kChunk);
   Best best{-INFINITY, INT_MAX};
   if (is_greedy(p)) {
@@ -182,12 +214,12 @@ __global__ void merge_chunks_kernel(const SamplerArgs a, FastWorkspace ws, int c
   Best best{-INFINITY, INT_MAX};
   for (int j = threadIdx.x; j < chunks; j += 32) take(best, ws.best_value[r * chunks + j], ws.best_index[r * chunks + j]);
   best = warp_best(best);
-  if (best.index == INT_MAX) {  // nothing kept (every z is -inf or NaN): greedy on the raw logits
-    const float* row = a.logits + static_cast<int64_t>(r) * a.vocab;
+  if (best.index == INT_MAX && !is_shard(a)) {  // nothing kept (every z is -inf or NaN): greedy on the raw logits
+    const float* row = row_of(a, r);
     for (int i = threadIdx.x; i < a.vocab; i += 32) take(best, row[i], i);
     best = warp_best(best);
   }
-  if (threadIdx.x == 0) a.token_ids[r] = best.index == INT_MAX ? 0 : best.index;
+  if (threadIdx.x == 0) write_pick(a, r, best);
 }
 
 // The single-pass fast path (sm_90 thread-block clusters): one cluster of up to 16 blocks per row, each
@@ -233,17 +265,17 @@ __global__ void __launch_bounds__(kClusterThreads, 2) cluster_sample_kernel(cons
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const RowParams p = row_params(a, r);
   if (needs_filtered_path(p, a.vocab)) return;  // the same for every block of the cluster: no barrier waits
-  const float* row = a.logits + static_cast<int64_t>(r) * a.vocab;
+  const float* row = row_of(a, r);
   const int begin = rank * slice;
   const int end = min(a.vocab, begin + slice);
-  const bool vectorized = a.vocab % 4 == 0 && (reinterpret_cast<uintptr_t>(a.logits) & 15u) == 0;
+  const bool vectorized = (reinterpret_cast<uintptr_t>(row) & 15u) == 0;  // begin is a multiple of 4
 
   // Element q of vector j of this thread is token begin + (j * kClusterThreads + threadIdx.x) * 4 + q.
   float x[kClusterVecs][4];
 #pragma unroll
   for (int j = 0; j < kClusterVecs; ++j) {
     const int i = begin + (j * kClusterThreads + threadIdx.x) * 4;
-    if (vectorized && i < end) {
+    if (vectorized && i + 4 <= end) {
       const float4 v = __ldg(reinterpret_cast<const float4*>(row + i));  // stays in L2 for the noise loop
       x[j][0] = v.x;
       x[j][1] = v.y;
@@ -274,7 +306,9 @@ __global__ void __launch_bounds__(kClusterThreads, 2) cluster_sample_kernel(cons
   const float scaled_max = row_max_value / p.temperature;
 
   Best best{-INFINITY, INT_MAX};
-  if (is_greedy(p) || !(scaled_max > -INFINITY)) {  // greedy, or nothing has probability: raw argmax
+  // Greedy, or (sample() only) nothing has probability: raw argmax. A shard with nothing of probability
+  // takes the other branch, which finds no candidate.
+  if (is_greedy(p) || (!is_shard(a) && !(scaled_max > -INFINITY))) {
 #pragma unroll
     for (int j = 0; j < kClusterVecs; ++j) {
 #pragma unroll
@@ -328,7 +362,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) cluster_sample_kernel(cons
   if (rank == 0 && warp == 0) {
     Best b = lane < blocks ? *cluster.map_shared_rank(&block_best_value, lane) : Best{-INFINITY, INT_MAX};
     b = warp_best(b);
-    if (lane == 0) a.token_ids[r] = b.index == INT_MAX ? 0 : b.index;  // 0: every logit is NaN
+    if (lane == 0) write_pick(a, r, b);
   }
   cluster.sync();  // block 0 has read every block's shared memory before any block exits
 #else
@@ -343,7 +377,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) cluster_sample_kernel(cons
 // misses the kept set (thousands of tied logits, top_k > 1024, a flat row whose nucleus is huge).
 __device__ void filtered_by_radix_select(const SamplerArgs& a, int r, const RowParams& p, RadixSelectShared& select,
                                          float* scratch, Best* best_scratch) {
-  const float* row = a.logits + static_cast<int64_t>(r) * a.vocab;
+  const float* row = row_of(a, r);
   const int vocab = a.vocab;
   const float t = p.temperature;
 
@@ -437,7 +471,7 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
   const int r = blockIdx.x;
   const RowParams p = row_params(a, r);
   if (!needs_filtered_path(p, a.vocab)) return;
-  const float* row = a.logits + static_cast<int64_t>(r) * a.vocab;
+  const float* row = row_of(a, r);
   const int vocab = a.vocab;
   const float t = p.temperature;
   const unsigned lane = threadIdx.x & 31u;
@@ -654,10 +688,12 @@ void launch_chunked_sample(const SamplerArgs& args, void* workspace, size_t work
   const int chunks = chunks_for(args.vocab);
   const FastWorkspace ws = carve(workspace, args.rows, args.vocab);
   const dim3 grid(chunks, args.rows);
-  chunk_max_kernel<<<grid, kChunkThreads, 0, stream>>>(args, ws);
-  NANOVLLM_CHECK_LAUNCH("chunk_max_kernel");
-  chunk_best_kernel<<<grid, kChunkThreads, 0, stream>>>(args, ws);
-  NANOVLLM_CHECK_LAUNCH("chunk_best_kernel");
+  if (chunks > 0) {  // none for an empty shard: the merge writes "nothing"
+    chunk_max_kernel<<<grid, kChunkThreads, 0, stream>>>(args, ws);
+    NANOVLLM_CHECK_LAUNCH("chunk_max_kernel");
+    chunk_best_kernel<<<grid, kChunkThreads, 0, stream>>>(args, ws);
+    NANOVLLM_CHECK_LAUNCH("chunk_best_kernel");
+  }
   merge_chunks_kernel<<<args.rows, 32, 0, stream>>>(args, ws, chunks);
   NANOVLLM_CHECK_LAUNCH("merge_chunks_kernel");
 }
@@ -686,6 +722,7 @@ void launch_sample_via(const SamplerArgs& args, void* workspace, size_t workspac
     if (path == PlainSamplerPath::kCluster) throw EngineError("sample: the device refused the cluster launch");
     launch_chunked_sample(args, workspace, workspace_bytes, stream);
   }
+  if (args.best_key != nullptr) return;  // shard mode: no row takes the filtered path
   filtered_sample_kernel<<<args.rows, kRowThreads, 0, stream>>>(args);
   NANOVLLM_CHECK_LAUNCH("filtered_sample_kernel");
 }

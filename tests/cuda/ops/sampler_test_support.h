@@ -1,5 +1,9 @@
 #pragma once
-// Per-row sampling controls, built once and handed to either backend.
+// Per-row sampling controls, built once and handed to either backend; sample() and sample_shard() on both.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "tests/cuda/ops/ops_test_support.h"
@@ -46,6 +50,59 @@ class SamplerTest : public CudaOpsTest {
     cpu().sample(cpu_raw(logits, DType::F32, {r.rows(), vocab}), cpu_inputs(r), ids);
     return std::vector<int32_t>(ids.as<int32_t>(), ids.as<int32_t>() + r.rows());
   }
+  // --- sample_shard: one vocabulary shard [begin, begin + chunk) of logits [rows, vocab], the columns past
+  // the vocabulary holding `pad` (the last rank's padding) ---
+  struct ShardPicks {
+    std::vector<float> key;
+    std::vector<int32_t> token;
+  };
+  static std::vector<float> shard_columns(const std::vector<float>& logits, int64_t vocab, int64_t rows,
+                                          int64_t begin, int64_t chunk, float pad) {
+    const int64_t valid = shard_valid(vocab, begin, chunk);
+    std::vector<float> part(static_cast<size_t>(rows * chunk), pad);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy(logits.begin() + r * vocab + begin, logits.begin() + r * vocab + begin + valid,
+                part.begin() + r * chunk);
+    }
+    return part;
+  }
+  static int64_t shard_valid(int64_t vocab, int64_t begin, int64_t chunk) {
+    return std::clamp<int64_t>(vocab - begin, 0, chunk);
+  }
+  ShardPicks sample_shard_gpu(const std::vector<float>& logits, int64_t vocab, int64_t begin, int64_t chunk,
+                              float pad, const SamplerRows& r) {
+    const int64_t rows = r.rows();
+    Tensor key = gpu_empty(DType::F32, {rows});
+    Tensor token = gpu_empty(DType::I32, {rows});
+    gpu().sample_shard(gpu_raw(shard_columns(logits, vocab, rows, begin, chunk, pad), DType::F32, {rows, chunk}),
+                       begin, shard_valid(vocab, begin, chunk), gpu_inputs(r), key, token);
+    return {read_gpu(key), read_gpu_i32(token)};
+  }
+  ShardPicks sample_shard_cpu(const std::vector<float>& logits, int64_t vocab, int64_t begin, int64_t chunk,
+                              float pad, const SamplerRows& r) {
+    const int64_t rows = r.rows();
+    Tensor key = cpu_empty(DType::F32, {rows});
+    Tensor token = cpu_empty(DType::I32, {rows});
+    cpu().sample_shard(cpu_raw(shard_columns(logits, vocab, rows, begin, chunk, pad), DType::F32, {rows, chunk}),
+                       begin, shard_valid(vocab, begin, chunk), cpu_inputs(r), key, token);
+    return {read_cpu(key), std::vector<int32_t>(token.as<int32_t>(), token.as<int32_t>() + rows)};
+  }
+  // backend.h's merge: the largest key, the lowest token on equal keys, 0 when every shard has nothing.
+  static ShardPicks merge_shards(const std::vector<ShardPicks>& shards, int64_t rows) {
+    ShardPicks m{std::vector<float>(static_cast<size_t>(rows), -INFINITY),
+                 std::vector<int32_t>(static_cast<size_t>(rows), INT32_MAX)};
+    for (const ShardPicks& s : shards) {
+      for (int64_t r = 0; r < rows; ++r) {
+        if (s.key[r] > m.key[r] || (s.key[r] == m.key[r] && s.token[r] < m.token[r])) {
+          m.key[r] = s.key[r];
+          m.token[r] = s.token[r];
+        }
+      }
+    }
+    for (int32_t& t : m.token) t = t == INT32_MAX ? 0 : t;
+    return m;
+  }
+
   std::vector<float> random_logits(int64_t rows, int64_t vocab, float stddev = 3.0f) {
     std::normal_distribution<float> dist(0.0f, stddev);
     std::vector<float> v(static_cast<size_t>(rows * vocab));

@@ -2,9 +2,11 @@
 // the distribution it must draw from. The plain rows (greedy / temperature / min_p) have two GPU paths
 // (one-pass clusters on sm_90, the chunked path elsewhere): both are run and must agree exactly. The filtered
 // rows (top_k / top_p) work on a short candidate list with an exact radix-select fallback: rows that
-// overflow the list (ties, top_k > 1024, flat rows with a huge nucleus) are tested too.
+// overflow the list (ties, top_k > 1024, flat rows with a huge nucleus) are tested too. sample_shard (one
+// vocabulary shard, tensor parallelism): both paths, the CPU's sample_shard, merged shards against sample().
 #include <algorithm>
 #include <map>
+#include <string>
 
 #include "backend/cuda/sampler_paths.cuh"
 #include "tests/cuda/ops/sampler_test_support.h"
@@ -492,6 +494,236 @@ TEST_F(SamplerTest, FilteredSmallVocabManyRows) {
     int mismatches = 0;
     for (int i = 0; i < rows; ++i) mismatches += got[i] != want[i];
     EXPECT_LE(mismatches, 1) << "vocab " << vocab;
+  }
+}
+
+
+// --- sample_shard: sample()'s pick on one vocabulary shard (tensor parallelism) ---
+
+// Greedy and plain temperature rows (sample_shard takes no filters), each with its own seed and step.
+SamplerRows shard_rows(int rows, int32_t step_base) {
+  SamplerRows r;
+  const float temps[] = {0.6f, 1.0f, 0.0f, 1.7f, 0.3f};
+  for (int i = 0; i < rows; ++i) r.add(temps[i % 5], -1, 1.0f, 0.0f, 9000 + 13 * i, step_base + i);
+  return r;
+}
+
+// Rows 1..4 (when present) get the awkward cases; the rest stay random.
+void add_special_rows(std::vector<float>& logits, int64_t vocab, int64_t rows) {
+  auto row = [&](int64_t r) { return logits.begin() + r * vocab; };
+  if (rows > 1) {  // T = 1: the first 60% masked (whole shards with nothing), a few NaN
+    std::fill(row(1), row(1) + vocab * 3 / 5, -INFINITY);
+    row(1)[vocab - 2] = NAN;
+    row(1)[vocab * 4 / 5] = NAN;
+  }
+  if (rows > 2) {  // greedy: a tie for the maximum in different shards; the lower index wins
+    const float top = *std::max_element(row(2), row(2) + vocab) + 1.0f;
+    row(2)[vocab - 1] = top;
+    row(2)[vocab / 3] = top;
+  }
+  if (rows > 3) {  // T = 1.7: two +inf logits in different shards tie at key +inf; the lower index wins
+    row(3)[vocab / 5] = INFINITY;
+    row(3)[vocab * 4 / 5] = INFINITY;
+  }
+  if (rows > 4) {  // T = 0.3, peaked as a real model: most of the noise is pruned
+    for (int j = 0; j < 6; ++j) row(4)[(j * 7919 + 17) % vocab] += 12.0f + 3.0f * j;
+  }
+}
+
+class ShardedSampling : public SamplerTest {
+ protected:
+  // One shard through an explicit plain path (shard mode of SamplerArgs), as CudaBackend::sample_shard fills it.
+  ShardPicks shard_via(const Tensor& part, int64_t begin, int64_t valid, const SamplerInputs& in, Buffer& workspace,
+                       cuda::PlainSamplerPath path) {
+    const int64_t rows = part.dim(0);
+    Tensor key = gpu_empty(DType::F32, {rows});
+    Tensor token = gpu_empty(DType::I32, {rows});
+    cuda::SamplerArgs args;
+    args.logits = part.as<const float>();
+    args.temperature = in.temperature.as<const float>();
+    args.seed = in.seed.as<const int64_t>();
+    args.step = in.step.as<const int>();
+    args.token_ids = token.as<int>();
+    args.rows = static_cast<int>(rows);
+    args.vocab = static_cast<int>(valid);
+    args.row_stride = part.dim(1);
+    args.best_key = key.as<float>();
+    args.token_offset = static_cast<int>(begin);
+    cuda::launch_sample_via(args, workspace.data(), workspace.bytes(), gpu().stream(), path);
+    gpu().synchronize();
+    return {read_gpu(key), read_gpu_i32(token)};
+  }
+
+  // Splits logits [R, vocab] into `parts` shards of ceil(vocab / parts) columns (the last padded with +1e30,
+  // or empty) and checks, per shard, that both GPU paths agree bit for bit and match the CPU's sample_shard
+  // up to fp32 rounding of logf, and, merged, that the shards give the GPU sample() of the whole rows exactly.
+  void check_split(const std::vector<float>& logits, int64_t vocab, const SamplerRows& r, int parts) {
+    const int64_t rows = r.rows();
+    const int64_t chunk = (vocab + parts - 1) / parts;
+    const std::string what = "vocab " + std::to_string(vocab) + " rows " + std::to_string(rows) + " P " +
+                             std::to_string(parts);
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu().device_index());
+    const SamplerInputs in = gpu_inputs(r);
+    std::vector<ShardPicks> shards;
+    for (int p = 0; p < parts; ++p) {
+      const int64_t begin = p * chunk, valid = shard_valid(vocab, begin, chunk);
+      const std::string shard = what + " shard " + std::to_string(p);
+      const Tensor part = gpu_raw(shard_columns(logits, vocab, rows, begin, chunk, 1e30f), DType::F32, {rows, chunk});
+      Tensor key = gpu_empty(DType::F32, {rows});
+      Tensor token = gpu_empty(DType::I32, {rows});
+      gpu().sample_shard(part, begin, valid, in, key, token);
+      const ShardPicks got{read_gpu(key), read_gpu_i32(token)};
+      Buffer workspace =
+          gpu().allocate(std::max<size_t>(cuda::sampler_workspace_bytes(static_cast<int>(rows), static_cast<int>(valid)), 16));
+      const ShardPicks chunked = shard_via(part, begin, valid, in, workspace, cuda::PlainSamplerPath::kChunked);
+      EXPECT_EQ(chunked.token, got.token) << shard << ": the chunked path";
+      EXPECT_EQ(chunked.key, got.key) << shard << ": the chunked path";
+      if (major >= 9 && valid <= 163840) {
+        const ShardPicks clustered = shard_via(part, begin, valid, in, workspace, cuda::PlainSamplerPath::kCluster);
+        EXPECT_EQ(clustered.token, got.token) << shard << ": the cluster path";
+        EXPECT_EQ(clustered.key, got.key) << shard << ": the cluster path";
+      }
+
+      // The CPU reference: the same tokens and keys, but for logf's last bits. A token may differ only where
+      // the shard's two best keys are that close (a near tie), so the keys must still agree.
+      const ShardPicks want = sample_shard_cpu(logits, vocab, begin, chunk, 1e30f, r);
+      int mismatches = 0;
+      for (int64_t i = 0; i < rows; ++i) {
+        const bool none = got.token[i] == INT32_MAX;
+        EXPECT_TRUE(none || (got.token[i] >= begin && got.token[i] < begin + valid)) << shard << " row " << i;
+        EXPECT_EQ(none, got.key[i] == -INFINITY) << shard << " row " << i;
+        if (r.temperature[i] > 0.0f && std::isfinite(want.key[i])) {
+          EXPECT_NEAR(got.key[i], want.key[i], 1e-5 * std::max(1.0f, std::fabs(want.key[i]))) << shard << " row " << i;
+        } else {
+          EXPECT_EQ(got.key[i], want.key[i]) << shard << " row " << i;  // greedy (the raw logit), +-inf
+        }
+        if (got.token[i] != want.token[i]) {
+          ++mismatches;
+          std::printf("%s row %ld: gpu %d (key %.9g) cpu %d (key %.9g)\n", shard.c_str(), static_cast<long>(i),
+                      got.token[i], got.key[i], want.token[i], want.key[i]);
+        }
+      }
+      EXPECT_LE(mismatches, 1 + rows / 256) << shard;
+      shards.push_back(got);
+    }
+    const ShardPicks merged = merge_shards(shards, rows);
+    const auto whole = sample_gpu(logits, vocab, r);
+    EXPECT_EQ(merged.token, whole) << what << ": merged shards != sample()";
+    for (int64_t i = 0; i < rows; ++i) {
+      if (!(r.temperature[i] > 0.0f)) {
+        EXPECT_EQ(merged.key[i], logits[i * vocab + whole[i]]) << what << " row " << i;
+      }
+    }
+  }
+};
+
+TEST_F(ShardedSampling, FullVocabMergesToSample) {
+  const int64_t vocab = 151936;  // Qwen3: C = 75968 for 2 shards, 50646 for 3 (padded by 2), 37984 for 4
+  for (int rows : {1, 5, 64, 256}) {
+    // Peaked rows for the larger counts (a real model's shape) keep the CPU reference quick.
+    auto logits = random_logits(rows, vocab, rows > 64 ? 1.5f : 3.0f);
+    if (rows > 64) {
+      for (int r = 0; r < rows; ++r) {
+        for (int j = 0; j < 8; ++j) logits[r * vocab + rng_() % vocab] += 10.0f + 2.0f * j;
+      }
+    }
+    add_special_rows(logits, vocab, rows);
+    const SamplerRows r = shard_rows(rows, 3 * rows);
+    for (int parts : {2, 3, 4}) check_split(logits, vocab, r, parts);
+  }
+}
+
+// Small odd vocabularies: scalar loads, a one-block cluster, and with 40 shards an empty last one.
+TEST_F(ShardedSampling, SmallOddVocabMergesToSample) {
+  for (int64_t vocab : {int64_t{1003}, int64_t{8191}}) {
+    for (int rows : {3, 256}) {
+      auto logits = random_logits(rows, vocab, 2.0f);
+      add_special_rows(logits, vocab, rows);
+      const SamplerRows r = shard_rows(rows, 11);
+      for (int parts : {2, 3, 4, 40}) check_split(logits, vocab, r, parts);
+    }
+  }
+}
+
+// Rows where nothing has probability: every shard reports -inf / INT32_MAX (no greedy fallback per shard).
+TEST_F(ShardedSampling, NothingToSampleGivesNone) {
+  const int64_t vocab = 151936, chunk = 75968;
+  const int rows = 3;
+  std::vector<float> logits(rows * vocab, -INFINITY);
+  std::fill(logits.begin() + vocab, logits.begin() + 2 * vocab, NAN);
+  std::fill(logits.begin() + 2 * vocab, logits.end(), -3e38f);  // finite, but -3e38 / 0.01 = -inf
+  SamplerRows r;
+  r.add(1.0f, -1, 1.0f, 0.0f, 1, 1);
+  r.add(0.0f, -1, 1.0f, 0.0f, 1, 1);
+  r.add(0.01f, -1, 1.0f, 0.0f, 1, 1);
+  for (int64_t begin : {int64_t{0}, chunk}) {
+    const ShardPicks got = sample_shard_gpu(logits, vocab, begin, chunk, 1e30f, r);
+    EXPECT_EQ(got.token, std::vector<int32_t>(rows, INT32_MAX));
+    EXPECT_EQ(got.key, std::vector<float>(rows, -INFINITY));
+  }
+}
+
+TEST_F(ShardedSampling, RejectsBadArguments) {
+  const int64_t rows = 2, chunk = 10;
+  const SamplerRows r = shard_rows(rows, 0);
+  const SamplerInputs in = gpu_inputs(r);
+  const Tensor part = gpu_raw(std::vector<float>(rows * chunk, 0.5f), DType::F32, {rows, chunk});
+  Tensor key = gpu_empty(DType::F32, {rows});
+  Tensor token = gpu_empty(DType::I32, {rows});
+  Tensor short_token = gpu_empty(DType::I32, {rows - 1});
+  EXPECT_NO_THROW(gpu().sample_shard(part, 90, chunk, in, key, token));
+  EXPECT_THROW(gpu().sample_shard(part, 90, chunk + 1, in, key, token), EngineError);
+  EXPECT_THROW(gpu().sample_shard(part, -1, chunk, in, key, token), EngineError);
+  EXPECT_THROW(gpu().sample_shard(part, 0, chunk, in, key, short_token), EngineError);
+  EXPECT_THROW(gpu().sample_shard(part, 0, chunk, in, token, token), EngineError);
+  gpu().synchronize();
+}
+
+// Both ranks' shards of Qwen3's vocabulary captured into one graph (R = 4: the cluster path on sm_90;
+// R = 64: the chunked path), replayed on new logits: the eager result, bit for bit.
+TEST_F(ShardedSampling, CapturesIntoAGraph) {
+  const int64_t vocab = 151936, chunk = 75968;
+  for (int rows : {4, 64}) {
+    const SamplerRows r = shard_rows(rows, 21);
+    const SamplerInputs in = gpu_inputs(r);
+    Tensor parts[2] = {gpu_empty(DType::F32, {rows, chunk}), gpu_empty(DType::F32, {rows, chunk})};
+    Tensor keys[2] = {gpu_empty(DType::F32, {rows}), gpu_empty(DType::F32, {rows})};
+    Tensor tokens[2] = {gpu_empty(DType::I32, {rows}), gpu_empty(DType::I32, {rows})};
+    auto enqueue = [&] {
+      for (int p = 0; p < 2; ++p) gpu().sample_shard(parts[p], p * chunk, chunk, in, keys[p], tokens[p]);
+    };
+    auto upload = [&](const std::vector<float>& logits) {
+      for (int p = 0; p < 2; ++p) {
+        const auto part = shard_columns(logits, vocab, rows, p * chunk, chunk, 0.0f);
+        gpu().upload(part.data(), parts[p].data, parts[p].bytes());
+      }
+    };
+    upload(random_logits(rows, vocab, 2.0f));
+    enqueue();  // warm up eagerly
+    gpu().synchronize();
+    CudaGraph graph = gpu().capture(enqueue);
+    ASSERT_FALSE(graph.empty());
+    for (int round = 0; round < 2; ++round) {
+      const auto logits = random_logits(rows, vocab, 2.0f);
+      upload(logits);
+      std::vector<unsigned char> ff(static_cast<size_t>(rows) * 4, 0xFF);
+      for (int p = 0; p < 2; ++p) {
+        gpu().upload(ff.data(), keys[p].data, keys[p].bytes());
+        gpu().upload(ff.data(), tokens[p].data, tokens[p].bytes());
+      }
+      gpu().replay(graph);
+      gpu().synchronize();
+      std::vector<ShardPicks> replayed;
+      for (int p = 0; p < 2; ++p) replayed.push_back({read_gpu(keys[p]), read_gpu_i32(tokens[p])});
+      enqueue();
+      gpu().synchronize();
+      for (int p = 0; p < 2; ++p) {
+        EXPECT_EQ(replayed[p].key, read_gpu(keys[p])) << "rows " << rows << " round " << round << " shard " << p;
+        EXPECT_EQ(replayed[p].token, read_gpu_i32(tokens[p])) << "rows " << rows << " round " << round;
+      }
+      EXPECT_EQ(merge_shards(replayed, rows).token, sample_gpu(logits, vocab, r)) << "rows " << rows;
+    }
   }
 }
 

@@ -2,7 +2,9 @@
 // replayed from CUDA graphs, and a failing rank that must not leave the others waiting.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <thread>
 
@@ -28,6 +30,32 @@ struct Group {
     threads->run(task, [this](const std::string& why) { comms->abort(why); });
   }
 };
+
+// Mean milliseconds of one replay of `graph` on rank r, every rank starting together (min_over_ranks is a
+// blocking collective: all ranks are there with idle streams when it returns).
+double time_replays(Group& g, int r, const CudaGraph& graph, int replays) {
+  CudaBackend& b = g.cuda(r);
+  g.comms->rank(r).min_over_ranks(0);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0, b.stream());
+  for (int k = 0; k < replays; ++k) b.replay(graph);
+  cudaEventRecord(e1, b.stream());
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms / replays;
+}
+
+std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<uint16_t> v(n);
+  for (auto& e : v) e = float_to_bf16(u(rng));
+  return v;
+}
 
 TEST(NcclCommunicator, CollectivesMatchTheHostAndReplayFromGraphs) {
   const int gpus = cuda_device_count();
@@ -139,24 +167,10 @@ TEST(NcclCommunicator, AllReduceMatchesTheHostOnBothPathsThroughGraphReplays) {
           b.download(t.data, got[k][r].data(), t.bytes());
         }
         comm.check_health();
-        if (r == 0) {  // for the record: the graph-replayed all-reduce's time at this size
-          cudaEvent_t e0, e1;
-          cudaEventCreate(&e0);
-          cudaEventCreate(&e1);
-          cudaEventRecord(e0, b.stream());
-          for (int k = 0; k < 20; ++k) b.replay(graph);
-          cudaEventRecord(e1, b.stream());
-          cudaEventSynchronize(e1);
-          float ms = 0;
-          cudaEventElapsedTime(&ms, e0, e1);
+        const double ms = time_replays(g, r, graph, 20);  // for the record
+        if (r == 0)
           std::printf("[nccl] %d GPUs, all-reduce of %lld bf16: %.1f us per call (%s)\n", size,
-                      static_cast<long long>(n), ms * 1e3 / 20, g.comms->describe().c_str());
-          cudaEventDestroy(e0);
-          cudaEventDestroy(e1);
-        } else {
-          for (int k = 0; k < 20; ++k) b.replay(graph);
-          b.synchronize();
-        }
+                      static_cast<long long>(n), ms * 1e3, g.comms->describe().c_str());
       });
       for (int k = 0; k < kReplays; ++k) {
         for (int r = 1; r < size; ++r) ASSERT_EQ(got[k][r], got[k][0]) << "ranks disagree, n " << n;
@@ -165,6 +179,137 @@ TEST(NcclCommunicator, AllReduceMatchesTheHostOnBothPathsThroughGraphReplays) {
           for (int r = 0; r < size; ++r) sum += bf16_to_float(x[k][r][i]);
           ASSERT_NEAR(bf16_to_float(got[k][0][i]), sum, 1e-2 * (std::fabs(sum) + 1.0))
               << "size " << size << " n " << n << " replay " << k << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+// The all-reduce fused with the residual add and RMSNorm (the model's o_proj / down_proj path) must give
+// bit for bit what the unfused all_reduce_sum + add_rms_norm give, on every rank: two calls in a row (the
+// second on the first one's residual), captured once and replayed with new inputs. Shapes: one row, odd row
+// counts around the kernel's 128 blocks, hidden sizes that are not multiples of the block width, and
+// hidden 16384 (two vectors per thread). Then, for the record, the fused call against the unfused pair.
+TEST(NcclCommunicator, FusedAllReduceAddRmsNormEqualsTheUnfusedPath) {
+  const int gpus = cuda_device_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs";
+  struct Shape {
+    int64_t rows, hidden;
+  };
+  for (int size = 2; size <= gpus; size *= 2) {
+    Group g(size);
+    for (const Shape shape : {Shape{1, 4096}, Shape{3, 1032}, Shape{129, 4096}, Shape{257, 2056}, Shape{64, 16384}}) {
+      const int64_t T = shape.rows, H = shape.hidden, n = T * H;
+      constexpr int kReplays = 3;
+      std::mt19937 rng(static_cast<unsigned>(T * 7 + H + size));
+      // Per replay and rank: the two partial sums; per replay: the starting residual; two norm weights.
+      std::vector<std::vector<std::vector<uint16_t>>> xa(kReplays), xb(kReplays);
+      std::vector<std::vector<uint16_t>> residual0(kReplays);
+      for (int k = 0; k < kReplays; ++k) {
+        for (int r = 0; r < size; ++r) {
+          xa[k].push_back(random_bf16(n, rng));
+          xb[k].push_back(random_bf16(n, rng, 4.0f));
+        }
+        residual0[k] = random_bf16(n, rng, 2.0f);
+      }
+      const std::vector<uint16_t> w1 = random_bf16(H, rng), w2 = random_bf16(H, rng);
+      // [k][rank]: fused and unfused results (residual after both calls, out of each call).
+      using Result = std::vector<uint16_t>;
+      std::vector<std::vector<std::array<Result, 3>>> fused(kReplays, std::vector<std::array<Result, 3>>(size));
+      auto unfused = fused;
+      std::vector<int> took(size, 0);
+      g.run([&](int r) {
+        CudaBackend& b = g.cuda(r);
+        Communicator& comm = g.comms->rank(r);
+        Buffer a_buf = b.allocate(n * 2), b_buf = b.allocate(n * 2), res_buf = b.allocate(n * 2);
+        Buffer out1_buf = b.allocate(n * 2), out2_buf = b.allocate(n * 2), w_buf = b.allocate(2 * H * 2);
+        Buffer ca_buf = b.allocate(n * 2), cb_buf = b.allocate(n * 2);
+        Tensor a = a_buf.view(DType::BF16, {T, H}), bb = b_buf.view(DType::BF16, {T, H});
+        Tensor res = res_buf.view(DType::BF16, {T, H}), out1 = out1_buf.view(DType::BF16, {T, H});
+        Tensor out2 = out2_buf.view(DType::BF16, {T, H});
+        Tensor wt1(w_buf.data(), DType::BF16, {H}), wt2(static_cast<char*>(w_buf.data()) + H * 2, DType::BF16, {H});
+        Tensor ca = ca_buf.view(DType::BF16, {T, H}), cb = cb_buf.view(DType::BF16, {T, H});
+        b.upload(w1.data(), wt1.data, H * 2);
+        b.upload(w2.data(), wt2.data, H * 2);
+        auto load = [&](int k) {
+          b.upload(xa[k][r].data(), a.data, n * 2);
+          b.upload(xb[k][r].data(), bb.data, n * 2);
+          b.upload(residual0[k].data(), res.data, n * 2);
+        };
+        auto keep = [&](std::array<Result, 3>& into) {
+          for (Result& v : into) v.resize(n);
+          b.download(res.data, into[0].data(), n * 2);
+          b.download(out1.data, into[1].data(), n * 2);
+          b.download(out2.data, into[2].data(), n * 2);
+        };
+        load(0);  // eager once: the path must be taken
+        took[r] = comm.all_reduce_add_rms_norm(a, res, wt1, 1e-6f, out1) &&
+                  comm.all_reduce_add_rms_norm(bb, res, wt2, 1e-6f, out2);
+        b.synchronize();
+        if (!took[r]) return;
+        CudaGraph graph = b.capture([&] {
+          comm.all_reduce_add_rms_norm(a, res, wt1, 1e-6f, out1);
+          comm.all_reduce_add_rms_norm(bb, res, wt2, 1e-6f, out2);
+        });
+        for (int k = 0; k < kReplays; ++k) {
+          load(k);
+          b.replay(graph);
+          keep(fused[k][r]);
+          // The unfused path on copies of the same inputs.
+          b.upload(xa[k][r].data(), ca.data, n * 2);
+          b.upload(xb[k][r].data(), cb.data, n * 2);
+          b.upload(residual0[k].data(), res.data, n * 2);
+          comm.all_reduce_sum(ca);
+          b.add_rms_norm(ca, res, wt1, 1e-6f, out1);
+          comm.all_reduce_sum(cb);
+          b.add_rms_norm(cb, res, wt2, 1e-6f, out2);
+          keep(unfused[k][r]);
+        }
+        comm.check_health();
+        // Ten calls per graph, as in a model step, so that the graph launch is not what gets timed.
+        constexpr int kCalls = 10;
+        CudaGraph unfused_calls = b.capture([&] {
+          for (int c = 0; c < kCalls; ++c) {
+            comm.all_reduce_sum(ca);
+            b.add_rms_norm(ca, res, wt1, 1e-6f, out1);
+          }
+        });
+        CudaGraph fused_calls = b.capture([&] {
+          for (int c = 0; c < kCalls; ++c) comm.all_reduce_add_rms_norm(a, res, wt1, 1e-6f, out1);
+        });
+        const double fused_ms = time_replays(g, r, fused_calls, 20) / kCalls;
+        const double unfused_ms = time_replays(g, r, unfused_calls, 20) / kCalls;
+        if (r == 0)
+          std::printf("[nccl] %d GPUs, %lld x %lld: all-reduce + add_rms_norm %.1f us fused, %.1f us unfused\n", size,
+                      static_cast<long long>(T), static_cast<long long>(H), fused_ms * 1e3, unfused_ms * 1e3);
+      });
+      for (int r = 0; r < size; ++r) ASSERT_TRUE(took[r]) << "rank " << r << " did not take the fused path";
+      for (int k = 0; k < kReplays; ++k) {
+        for (int r = 0; r < size; ++r) {
+          for (int o = 0; o < 3; ++o) {
+            ASSERT_EQ(fused[k][r][o], unfused[k][r][o]) << "size " << size << " " << T << "x" << H << " replay " << k
+                                                         << " rank " << r << " output " << o;
+            ASSERT_EQ(fused[k][r][o], fused[k][0][o]) << "ranks disagree";
+          }
+        }
+        // Against the host, so that both paths being wrong the same way fails too: the first call's output.
+        for (int64_t t = 0; t < T; t += std::max<int64_t>(1, T / 7)) {
+          std::vector<double> row(H);
+          double sum_sq = 0;
+          for (int64_t j = 0; j < H; ++j) {
+            float delta = 0;
+            for (int r = 0; r < size; ++r) delta += bf16_to_float(xa[k][r][t * H + j]);
+            const float res = bf16_to_float(float_to_bf16(bf16_to_float(residual0[k][t * H + j]) +
+                                                          bf16_to_float(float_to_bf16(delta))));
+            row[j] = res;
+            sum_sq += row[j] * row[j];
+          }
+          const double inv = 1.0 / std::sqrt(sum_sq / H + 1e-6);
+          for (int64_t j = 0; j < H; ++j) {
+            const double want = row[j] * inv * bf16_to_float(w1[j]);
+            ASSERT_NEAR(bf16_to_float(fused[k][0][1][t * H + j]), want, 1e-2 * std::fabs(want) + 1e-3)
+                << "row " << t << " column " << j;
+          }
         }
       }
     }
