@@ -183,26 +183,24 @@ void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cac
   }
 }
 
+Tensor Qwen3Model::last_hidden_rows(const Tensor& rows) {
+  const int64_t n = rows.dim(0);
+  if (n > last_hidden_.dim(0)) throw EngineError("Qwen3Model: more lm_head rows than reserved");
+  Tensor gathered = last_hidden_.rows(0, n);
+  backend_.gather_rows(hidden_, rows, gathered);
+  return gathered;
+}
+
 void Qwen3Model::logits(const Tensor& rows, Tensor& out) {
-  if (!comm_) {
-    const int64_t n = rows.dim(0);
-    if (n > last_hidden_.dim(0)) throw EngineError("Qwen3Model::logits: more rows than reserved");
-    Tensor gathered = last_hidden_.rows(0, n);
-    backend_.gather_rows(hidden_, rows, gathered);
-    return backend_.linear(gathered, lm_head_, Tensor{}, out);
-  }
+  if (!comm_) return backend_.linear(last_hidden_rows(rows), lm_head_, Tensor{}, out);
   shard_logits(rows);
   gather_logits(rows.dim(0), out);
 }
 
 Tensor Qwen3Model::shard_logits(const Tensor& rows) {
-  const int64_t n = rows.dim(0);
   if (!comm_) throw EngineError("Qwen3Model::shard_logits: the model is not sharded");
-  if (n > last_hidden_.dim(0)) throw EngineError("Qwen3Model::shard_logits: more rows than reserved");
-  Tensor gathered = last_hidden_.rows(0, n);
-  backend_.gather_rows(hidden_, rows, gathered);
-  Tensor local = local_logits_.rows(0, n);
-  backend_.linear(gathered, lm_head_, Tensor{}, local);
+  Tensor local = local_logits_.rows(0, rows.dim(0));
+  backend_.linear(last_hidden_rows(rows), lm_head_, Tensor{}, local);
   return local;
 }
 

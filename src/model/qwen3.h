@@ -73,6 +73,8 @@ class Qwen3Model {
   // the parts leave over are zeroed (the padding of the last vocabulary chunk).
   Tensor load(WeightSource& weights, const std::vector<Part>& parts, std::initializer_list<int64_t> shape);
   void build_rope_table(int max_model_len);
+  // The last forward's final hidden states of `rows`, in last_hidden_.
+  Tensor last_hidden_rows(const Tensor& rows);
   // residual += x summed over the ranks; out = rms_norm(residual) * weight.
   void reduce_add_norm(Tensor& x, Tensor& residual, const Tensor& weight, Tensor& out);
 

@@ -4,14 +4,13 @@
 
 #include <string>
 
-#include "backend/cuda/bf16_vec.cuh"
+#include "backend/cuda/rms_norm_row.cuh"
 #include "common/error.h"
 
 namespace nanovllm {
 
 namespace {
 
-constexpr int kMaxRanks = 8;
 constexpr int kBlocks = 128;  // fixed, so every block's epoch advances on every call (see the class comment)
 constexpr int kThreads = 256;
 // (ranks - 1) x message bytes this path takes: decode activations (up to 512 rows x 8192 x 2 B on 2 GPUs).
@@ -20,10 +19,8 @@ constexpr int kThreads = 256;
 constexpr size_t kMaxPushedBytes = size_t{8} << 20;
 constexpr unsigned long long kTimeoutNs = 5'000'000'000ull;
 
-struct Peers {
-  __nv_bfloat16* inbox[kMaxRanks];  // rank p's inbox, of the parity of this call
-  uint32_t* flags[kMaxRanks];       // rank p's flags
-};
+using Peers = PeerAllReduce::Peers;
+constexpr int kMaxRanks = PeerAllReduce::kMaxRanks;
 
 void check(cudaError_t e, const char* what, int device) {
   if (e != cudaSuccess)
@@ -103,7 +100,7 @@ __device__ __forceinline__ void push(const Peers& peers, int rank, int size, int
                                      int64_t v, const uint4& value) {
 #pragma unroll
   for (int p = 0; p < kMaxRanks; ++p)
-    if (p < size && p != rank) reinterpret_cast<uint4*>(peers.inbox[p])[offset + rank * slot_vectors + v] = value;
+    if (p < size && p != rank) static_cast<uint4*>(peers.inbox[p])[offset + rank * slot_vectors + v] = value;
 }
 
 // x (n / 8 vectors) = sum over ranks, in place; block b owns vectors [b * per_block, (b + 1) * per_block).
@@ -117,7 +114,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_all_reduce(Peers peers, int
   uint4* xv = reinterpret_cast<uint4*>(x);
   for (int64_t v = begin + threadIdx.x; v < end; v += kThreads) push(peers, rank, size, offset, slot_vectors, v, xv[v]);
   signal_and_wait(peers, rank, size, epoch, timed_out);
-  const uint4* inbox = reinterpret_cast<const uint4*>(peers.inbox[rank]) + offset;
+  const uint4* inbox = static_cast<const uint4*>(peers.inbox[rank]) + offset;
   for (int64_t v = begin + threadIdx.x; v < end; v += kThreads) {
     float acc[8];
     sum_over_ranks(xv, inbox, slot_vectors, rank, size, v, acc);
@@ -128,8 +125,8 @@ __global__ void __launch_bounds__(kThreads) one_shot_all_reduce(Peers peers, int
 
 // The all-reduce that closes a row-parallel layer, fused with the residual add and RMSNorm after it. Block b
 // handles rows b, b + gridDim.x, ...; per row it does one_shot_all_reduce's arithmetic (fp32 sum in rank
-// order, rounded to bf16) and then that of norm.cu's add_rms_norm with the same thread count and reduction,
-// so the result is bit-identical to the two unfused kernels.
+// order, rounded to bf16) and then norm.cu's add_rms_norm steps (rms_norm_row.cuh) with its block shape, so
+// the result is bit-identical to the two unfused kernels.
 template <int kVecs>
 __global__ void __launch_bounds__(1024) one_shot_all_reduce_add_rms_norm(
     Peers peers, int rank, int size, const __nv_bfloat16* x, __nv_bfloat16* residual,
@@ -147,7 +144,7 @@ __global__ void __launch_bounds__(1024) one_shot_all_reduce_add_rms_norm(
       push(peers, rank, size, offset, slot_vectors, i, xv[i]);
     }
   signal_and_wait(peers, rank, size, epoch, timed_out);
-  const uint4* inbox = reinterpret_cast<const uint4*>(peers.inbox[rank]) + offset;
+  const uint4* inbox = static_cast<const uint4*>(peers.inbox[rank]) + offset;
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t base = static_cast<int64_t>(row) * hidden;
     float vals[kVecs][8];
@@ -159,27 +156,10 @@ __global__ void __launch_bounds__(1024) one_shot_all_reduce_add_rms_norm(
       float acc[8];
       sum_over_ranks(xv, inbox, slot_vectors, rank, size, static_cast<int64_t>(row) * nvec + v, acc);
       to_float8(from_float8(acc), vals[k]);  // the all-reduce's bf16 result
-      float r[8];
-      to_float8(load_bf16x8(residual + base + v * 8), r);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) r[j] += vals[k][j];
-      const Bf16x8 stored = from_float8(r);
-      store_bf16x8(residual + base + v * 8, stored);
-      to_float8(stored, vals[k]);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) sum_sq += vals[k][j] * vals[k][j];
+      add_to_residual(vals[k], residual + base + v * 8);
+      add_squares(vals[k], sum_sq);
     }
-    const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(hidden) + eps);
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      const int v = threadIdx.x + k * blockDim.x;
-      if (v >= nvec) continue;
-      float w[8];
-      to_float8(load_bf16x8(weight + v * 8), w);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) vals[k][j] = vals[k][j] * inv_rms * w[j];
-      store_bf16x8(out + base + v * 8, from_float8(vals[k]));
-    }
+    normalise_and_store<kVecs>(vals, sum_sq, weight, eps, hidden, out + base, scratch);
   }
 }
 
@@ -223,6 +203,10 @@ PeerAllReduce::PeerAllReduce(const std::vector<int>& devices) {
           "cudaHostGetDevicePointer", d);
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", d);
   }
+  for (size_t p = 0; p < size; ++p) {
+    peers_.inbox[p] = ranks_[p].inbox;
+    peers_.flags[p] = ranks_[p].flags;
+  }
 }
 
 PeerAllReduce::~PeerAllReduce() {
@@ -241,28 +225,14 @@ bool PeerAllReduce::fits(const Tensor& x) const {
 }
 
 bool PeerAllReduce::fits_fused(const Tensor& x) const {
-  return fits(x) && x.ndim == 2 && x.dim(1) % 8 == 0 && x.dim(1) <= 16384;
+  return fits(x) && x.ndim == 2 && x.dim(1) % 8 == 0 && x.dim(1) <= cuda::kMaxNormHidden;
 }
-
-namespace {
-Peers peers_of(const std::vector<void*>& inboxes, const std::vector<uint32_t*>& flags) {
-  Peers peers{};
-  for (size_t p = 0; p < inboxes.size(); ++p) {
-    peers.inbox[p] = static_cast<__nv_bfloat16*>(inboxes[p]);
-    peers.flags[p] = flags[p];
-  }
-  return peers;
-}
-}  // namespace
 
 void PeerAllReduce::all_reduce(int rank, Tensor& x, cudaStream_t stream) {
-  std::vector<void*> inboxes;
-  std::vector<uint32_t*> flags;
-  for (const Rank& r : ranks_) inboxes.push_back(r.inbox), flags.push_back(r.flags);
   const int64_t vectors = x.numel() / 8;
   const int64_t per_block = (vectors + kBlocks - 1) / kBlocks;
   const Rank& r = ranks_[rank];
-  one_shot_all_reduce<<<kBlocks, kThreads, 0, stream>>>(peers_of(inboxes, flags), rank, static_cast<int>(ranks_.size()),
+  one_shot_all_reduce<<<kBlocks, kThreads, 0, stream>>>(peers_, rank, static_cast<int>(ranks_.size()),
                                                          static_cast<__nv_bfloat16*>(x.data), vectors, per_block,
                                                          static_cast<int64_t>(slot_bytes_ / 16), r.epochs,
                                                          r.timed_out_device);
@@ -271,14 +241,8 @@ void PeerAllReduce::all_reduce(int rank, Tensor& x, cudaStream_t stream) {
 
 void PeerAllReduce::all_reduce_add_rms_norm(int rank, const Tensor& x, Tensor& residual, const Tensor& weight,
                                             float eps, Tensor& out, cudaStream_t stream) {
-  std::vector<void*> inboxes;
-  std::vector<uint32_t*> flags;
-  for (const Rank& r : ranks_) inboxes.push_back(r.inbox), flags.push_back(r.flags);
-  const Peers peers = peers_of(inboxes, flags);
   const int rows = static_cast<int>(x.dim(0)), hidden = static_cast<int>(x.dim(1));
-  // norm.cu's block shape, so that the reduction (and hence every bit of the result) is the same.
-  const int nvec = hidden / 8;
-  const int threads = nvec >= 1024 ? 1024 : ((nvec + 31) / 32) * 32;
+  const int threads = cuda::rms_norm_threads(hidden);  // norm.cu's block shape: the same reduction, the same bits
   const Rank& r = ranks_[rank];
   const int size = static_cast<int>(ranks_.size());
   const auto* xp = static_cast<const __nv_bfloat16*>(x.data);
@@ -286,12 +250,12 @@ void PeerAllReduce::all_reduce_add_rms_norm(int rank, const Tensor& x, Tensor& r
   const auto* w = static_cast<const __nv_bfloat16*>(weight.data);
   auto* o = static_cast<__nv_bfloat16*>(out.data);
   const auto slot_vectors = static_cast<int64_t>(slot_bytes_ / 16);
-  if (nvec <= threads) {
+  if (cuda::rms_norm_vectors_per_thread(hidden) == 1) {
     one_shot_all_reduce_add_rms_norm<1><<<kBlocks, threads, 0, stream>>>(
-        peers, rank, size, xp, res, w, eps, o, rows, hidden, slot_vectors, r.epochs, r.timed_out_device);
+        peers_, rank, size, xp, res, w, eps, o, rows, hidden, slot_vectors, r.epochs, r.timed_out_device);
   } else {
     one_shot_all_reduce_add_rms_norm<2><<<kBlocks, threads, 0, stream>>>(
-        peers, rank, size, xp, res, w, eps, o, rows, hidden, slot_vectors, r.epochs, r.timed_out_device);
+        peers_, rank, size, xp, res, w, eps, o, rows, hidden, slot_vectors, r.epochs, r.timed_out_device);
   }
   check(cudaGetLastError(), "one_shot_all_reduce_add_rms_norm launch", r.device);
 }

@@ -22,6 +22,13 @@ namespace nanovllm {
 
 class PeerAllReduce {
  public:
+  static constexpr int kMaxRanks = 8;
+  // What a kernel needs of every rank (kernel argument): rank p's inbox and flags.
+  struct Peers {
+    void* inbox[kMaxRanks];
+    uint32_t* flags[kMaxRanks];
+  };
+
   // Null when some pair of devices cannot access each other's memory.
   static std::unique_ptr<PeerAllReduce> create(const std::vector<int>& devices);
   ~PeerAllReduce();
@@ -32,7 +39,7 @@ class PeerAllReduce {
   bool fits(const Tensor& x) const;
   // In place: x = sum over ranks of x.
   void all_reduce(int rank, Tensor& x, cudaStream_t stream);
-  // Whether x [T, H] can take all_reduce_add_rms_norm: fits(x), and H <= 16384.
+  // Whether x [T, H] can take all_reduce_add_rms_norm: fits(x), and H a multiple of 8 up to 16384.
   bool fits_fused(const Tensor& x) const;
   // residual += sum over ranks of x; out = rms_norm(residual) * weight. Bit-identical to all_reduce()
   // followed by the CUDA backend's add_rms_norm; x is left as it was.
@@ -53,6 +60,7 @@ class PeerAllReduce {
     int* timed_out_device = nullptr;
   };
   std::vector<Rank> ranks_;
+  Peers peers_{};          // ranks_' inboxes and flags, as the kernels take them
   size_t slot_bytes_ = 0;  // one peer's message
 };
 

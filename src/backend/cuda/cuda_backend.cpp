@@ -393,34 +393,45 @@ void CudaBackend::set_logits(Tensor& logits, const Tensor& rows, const Tensor& t
                           static_cast<int>(rows.numel()), value, stream_);
 }
 
-void CudaBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) {
-  make_current();
-  const char* op = "sample";
+// What sample() and sample_shard() check and fill alike: logits F32 [R, C], token ids I32 [R], and the
+// inputs of the noise (temperature, seed, step) for at least R rows.
+cuda::SamplerArgs CudaBackend::sampler_args(const char* op, const Tensor& logits, const SamplerInputs& in,
+                                            Tensor& token_ids) {
   require_dtype(logits, DType::F32, op, "logits");
-  require_dtype(token_ids, DType::I32, op, "token_ids");
+  require_dtype(token_ids, DType::I32, op, "token ids");
   require_dtype(in.temperature, DType::F32, op, "temperature");
-  require_dtype(in.top_k, DType::I32, op, "top_k");
-  require_dtype(in.top_p, DType::F32, op, "top_p");
-  require_dtype(in.min_p, DType::F32, op, "min_p");
   require_dtype(in.seed, DType::I64, op, "seed");
   require_dtype(in.step, DType::I32, op, "step");
+  require(logits.ndim == 2, op, "logits " + logits.shape_string() + " must be [R, C]");
   const int64_t rows = logits.dim(0);
-  require(logits.ndim == 2 && token_ids.numel() == rows && in.temperature.numel() >= rows &&
-              in.top_k.numel() >= rows && in.top_p.numel() >= rows && in.min_p.numel() >= rows &&
-              in.seed.numel() >= rows && in.step.numel() >= rows,
-          op, "logits " + logits.shape_string() + " and the sampler inputs disagree on the row count");
+  require(token_ids.numel() == rows && in.temperature.numel() >= rows && in.seed.numel() >= rows &&
+              in.step.numel() >= rows,
+          op, "logits " + logits.shape_string() + ", token ids " + token_ids.shape_string() +
+                  " and the sampler inputs disagree on the row count");
   require(reserved_, op, "reserve() must be called first (it sizes the sampler workspace)");
   cuda::SamplerArgs args;
   args.logits = logits.as<float>();
   args.temperature = in.temperature.as<float>();
-  args.top_k = in.top_k.as<int>();
-  args.top_p = in.top_p.as<float>();
-  args.min_p = in.min_p.as<float>();
   args.seed = in.seed.as<int64_t>();
   args.step = in.step.as<int>();
   args.token_ids = token_ids.as<int>();
   args.rows = static_cast<int>(rows);
   args.vocab = static_cast<int>(logits.dim(1));
+  return args;
+}
+
+void CudaBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) {
+  make_current();
+  const char* op = "sample";
+  cuda::SamplerArgs args = sampler_args(op, logits, in, token_ids);
+  require_dtype(in.top_k, DType::I32, op, "top_k");
+  require_dtype(in.top_p, DType::F32, op, "top_p");
+  require_dtype(in.min_p, DType::F32, op, "min_p");
+  require(in.top_k.numel() >= args.rows && in.top_p.numel() >= args.rows && in.min_p.numel() >= args.rows, op,
+          "logits " + logits.shape_string() + " and the sampler inputs disagree on the row count");
+  args.top_k = in.top_k.as<int>();
+  args.top_p = in.top_p.as<float>();
+  args.min_p = in.min_p.as<float>();
   cuda::launch_sample(args, sampler_workspace_.data(), sampler_workspace_.bytes(), stream_);
 }
 
@@ -430,14 +441,8 @@ void CudaBackend::sample_shard(const Tensor& logits, int64_t vocab_start, int64_
                                Tensor& best_key, Tensor& best_token) {
   make_current();
   const char* op = "sample_shard";
-  require_dtype(logits, DType::F32, op, "logits");
+  cuda::SamplerArgs args = sampler_args(op, logits, in, best_token);
   require_dtype(best_key, DType::F32, op, "best_key");
-  require_dtype(best_token, DType::I32, op, "best_token");
-  require_dtype(in.temperature, DType::F32, op, "temperature");
-  require_dtype(in.seed, DType::I64, op, "seed");
-  require_dtype(in.step, DType::I32, op, "step");
-  require(logits.ndim == 2, op, "logits " + logits.shape_string() + " must be [R, C]");
-  const int64_t rows = logits.dim(0);
   const int64_t cols = logits.dim(1);
   require(valid >= 0 && valid <= cols, op,
           "valid " + std::to_string(valid) + " outside [0, " + std::to_string(cols) + "] for logits " +
@@ -445,18 +450,9 @@ void CudaBackend::sample_shard(const Tensor& logits, int64_t vocab_start, int64_
   require(vocab_start >= 0 && vocab_start + valid <= INT32_MAX, op,
           "vocab_start " + std::to_string(vocab_start) + " with " + std::to_string(valid) +
               " tokens is outside the I32 token ids");
-  require(best_key.numel() == rows && best_token.numel() == rows && in.temperature.numel() >= rows &&
-              in.seed.numel() >= rows && in.step.numel() >= rows,
-          op, "logits " + logits.shape_string() + ", best_key " + best_key.shape_string() + ", best_token " +
-                  best_token.shape_string() + " and the sampler inputs disagree on the row count");
-  require(reserved_, op, "reserve() must be called first (it sizes the sampler workspace)");
-  cuda::SamplerArgs args;
-  args.logits = logits.as<float>();
-  args.temperature = in.temperature.as<float>();
-  args.seed = in.seed.as<int64_t>();
-  args.step = in.step.as<int>();
-  args.token_ids = best_token.as<int>();
-  args.rows = static_cast<int>(rows);
+  require(best_key.numel() == args.rows, op,
+          "best_key " + best_key.shape_string() + " does not have one entry per row of logits " +
+              logits.shape_string());
   args.vocab = static_cast<int>(valid);
   args.row_stride = cols;
   args.best_key = best_key.as<float>();

@@ -13,6 +13,10 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_graph.h"
 
+namespace nanovllm::cuda {
+struct SamplerArgs;
+}
+
 namespace nanovllm {
 
 namespace cuda {
@@ -78,6 +82,7 @@ class CudaBackend final : public Backend {
   double measure_read_bandwidth_gbs(size_t bytes);
 
  private:
+  cuda::SamplerArgs sampler_args(const char* op, const Tensor& logits, const SamplerInputs& in, Tensor& token_ids);
   void make_current() const;
 
   int device_ = 0;

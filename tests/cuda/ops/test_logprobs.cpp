@@ -11,6 +11,35 @@ namespace {
 
 class LogprobsTest : public CudaOpsTest {
  protected:
+  // Both backends' results for the same logits [rows, vocab] and targets, read back to the host.
+  struct Results {
+    std::vector<float> gpu_target, cpu_target, gpu_top, cpu_top;
+    std::vector<int32_t> gpu_ids, cpu_ids;
+  };
+  Results run_both(const std::vector<float>& logits, const std::vector<int32_t>& targets, int rows, int64_t vocab,
+                   int k) {
+    Tensor g_target = gpu_empty(DType::F32, {rows});
+    Tensor g_ids = k > 0 ? gpu_empty(DType::I32, {rows, k}) : Tensor();
+    Tensor g_top = k > 0 ? gpu_empty(DType::F32, {rows, k}) : Tensor();
+    gpu().logprobs(gpu_raw(logits, DType::F32, {rows, vocab}), gpu_raw(targets, DType::I32, {rows}), k, g_target,
+                   g_ids, g_top);
+    Tensor c_target = cpu_empty(DType::F32, {rows});
+    Tensor c_ids = k > 0 ? cpu_empty(DType::I32, {rows, k}) : Tensor();
+    Tensor c_top = k > 0 ? cpu_empty(DType::F32, {rows, k}) : Tensor();
+    cpu().logprobs(cpu_raw(logits, DType::F32, {rows, vocab}), cpu_raw(targets, DType::I32, {rows}), k, c_target,
+                   c_ids, c_top);
+    Results r;
+    r.gpu_target = read_gpu(g_target);
+    r.cpu_target = read_cpu(c_target);
+    if (k > 0) {
+      r.gpu_ids = read_gpu_i32(g_ids);
+      r.cpu_ids.assign(c_ids.as<int32_t>(), c_ids.as<int32_t>() + static_cast<int64_t>(rows) * k);
+      r.gpu_top = read_gpu(g_top);
+      r.cpu_top = read_cpu(c_top);
+    }
+    return r;
+  }
+
   void check(int rows, int64_t vocab, int k, bool plant_ties) {
     std::normal_distribution<float> dist(0.0f, 4.0f);
     std::vector<float> logits(static_cast<size_t>(rows * vocab));
@@ -25,18 +54,9 @@ class LogprobsTest : public CudaOpsTest {
 
     const std::string what = "rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) + " k " +
                              std::to_string(k);
-    Tensor g_target = gpu_empty(DType::F32, {rows});
-    Tensor g_ids = k > 0 ? gpu_empty(DType::I32, {rows, k}) : Tensor();
-    Tensor g_top = k > 0 ? gpu_empty(DType::F32, {rows, k}) : Tensor();
-    gpu().logprobs(gpu_raw(logits, DType::F32, {rows, vocab}), gpu_raw(targets, DType::I32, {rows}), k, g_target,
-                   g_ids, g_top);
-    Tensor c_target = cpu_empty(DType::F32, {rows});
-    Tensor c_ids = k > 0 ? cpu_empty(DType::I32, {rows, k}) : Tensor();
-    Tensor c_top = k > 0 ? cpu_empty(DType::F32, {rows, k}) : Tensor();
-    cpu().logprobs(cpu_raw(logits, DType::F32, {rows, vocab}), cpu_raw(targets, DType::I32, {rows}), k, c_target,
-                   c_ids, c_top);
-
-    const auto gt = read_gpu(g_target), ct = read_cpu(c_target);
+    const Results res = run_both(logits, targets, rows, vocab, k);
+    const auto& gt = res.gpu_target;
+    const auto& ct = res.cpu_target;
     for (int r = 0; r < rows; ++r) {
       if (targets[r] < 0) {
         EXPECT_TRUE(std::isnan(gt[r])) << what << " row " << r;
@@ -45,10 +65,10 @@ class LogprobsTest : public CudaOpsTest {
       }
     }
     if (k == 0) return;
-    const auto gi = read_gpu_i32(g_ids);
-    const std::vector<int32_t> ci(c_ids.as<int32_t>(), c_ids.as<int32_t>() + rows * k);
-    EXPECT_EQ(gi, ci) << what;
-    const auto gl = read_gpu(g_top), cl = read_cpu(c_top);
+    const auto& gi = res.gpu_ids;
+    EXPECT_EQ(gi, res.cpu_ids) << what;
+    const auto& gl = res.gpu_top;
+    const auto& cl = res.cpu_top;
     for (size_t i = 0; i < gl.size(); ++i) ASSERT_NEAR(gl[i], cl[i], 1e-3) << what << " entry " << i;
     for (int r = 0; r < rows; ++r) {
       for (int j = 1; j < k; ++j) EXPECT_GE(gl[r * k + j - 1], gl[r * k + j]) << what << ": not descending";
@@ -97,22 +117,13 @@ TEST_F(LogprobsTest, TiesAndMaskedTokens) {
     logits[2 * vocab + i] = i % 1000 == 7 ? static_cast<float>(i % 13) : -INFINITY;  // row 2: mostly masked
   }
   std::vector<int32_t> targets = {5, 2, 7};
-  Tensor g_target = gpu_empty(DType::F32, {rows}), g_ids = gpu_empty(DType::I32, {rows, k}),
-         g_top = gpu_empty(DType::F32, {rows, k});
-  gpu().logprobs(gpu_raw(logits, DType::F32, {rows, vocab}), gpu_raw(targets, DType::I32, {rows}), k, g_target,
-                 g_ids, g_top);
-  Tensor c_target = cpu_empty(DType::F32, {rows}), c_ids = cpu_empty(DType::I32, {rows, k}),
-         c_top = cpu_empty(DType::F32, {rows, k});
-  cpu().logprobs(cpu_raw(logits, DType::F32, {rows, vocab}), cpu_raw(targets, DType::I32, {rows}), k, c_target,
-                 c_ids, c_top);
-  const auto gi = read_gpu_i32(g_ids);
-  EXPECT_EQ(gi, std::vector<int32_t>(c_ids.as<int32_t>(), c_ids.as<int32_t>() + rows * k));
+  const Results res = run_both(logits, targets, rows, vocab, k);
+  const auto& gi = res.gpu_ids;
+  EXPECT_EQ(gi, res.cpu_ids);
   for (int j = 0; j < k; ++j) EXPECT_EQ(gi[j], j) << "all tied: ids in order";
   for (int j = 0; j < k; ++j) EXPECT_EQ(gi[k + j], 2 + 3 * j) << "three values: the 2s in id order";
-  const auto gl = read_gpu(g_top), cl = read_cpu(c_top);
-  for (size_t i = 0; i < gl.size(); ++i) EXPECT_NEAR(gl[i], cl[i], 1e-3) << "entry " << i;
-  const auto gt = read_gpu(g_target), ct = read_cpu(c_target);
-  for (int r = 0; r < rows; ++r) EXPECT_NEAR(gt[r], ct[r], 1e-3) << "row " << r;
+  for (size_t i = 0; i < res.gpu_top.size(); ++i) EXPECT_NEAR(res.gpu_top[i], res.cpu_top[i], 1e-3) << "entry " << i;
+  for (int r = 0; r < rows; ++r) EXPECT_NEAR(res.gpu_target[r], res.cpu_target[r], 1e-3) << "row " << r;
 }
 
 // The candidate list's bound comes from each thread's two largest logits; 100 threads owning only large,
@@ -131,17 +142,9 @@ TEST_F(LogprobsTest, CandidateOverflowTakesTheFallback) {
     }
   }
   std::vector<int32_t> targets = {1, 4097};
-  Tensor g_target = gpu_empty(DType::F32, {rows}), g_ids = gpu_empty(DType::I32, {rows, k}),
-         g_top = gpu_empty(DType::F32, {rows, k});
-  gpu().logprobs(gpu_raw(logits, DType::F32, {rows, vocab}), gpu_raw(targets, DType::I32, {rows}), k, g_target,
-                 g_ids, g_top);
-  Tensor c_target = cpu_empty(DType::F32, {rows}), c_ids = cpu_empty(DType::I32, {rows, k}),
-         c_top = cpu_empty(DType::F32, {rows, k});
-  cpu().logprobs(cpu_raw(logits, DType::F32, {rows, vocab}), cpu_raw(targets, DType::I32, {rows}), k, c_target,
-                 c_ids, c_top);
-  EXPECT_EQ(read_gpu_i32(g_ids), std::vector<int32_t>(c_ids.as<int32_t>(), c_ids.as<int32_t>() + rows * k));
-  const auto gl = read_gpu(g_top), cl = read_cpu(c_top);
-  for (size_t i = 0; i < gl.size(); ++i) EXPECT_NEAR(gl[i], cl[i], 1e-3) << "entry " << i;
+  const Results res = run_both(logits, targets, rows, vocab, k);
+  EXPECT_EQ(res.gpu_ids, res.cpu_ids);
+  for (size_t i = 0; i < res.gpu_top.size(); ++i) EXPECT_NEAR(res.gpu_top[i], res.cpu_top[i], 1e-3) << "entry " << i;
 }
 
 }  // namespace
