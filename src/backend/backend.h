@@ -70,6 +70,11 @@ class Backend {
   virtual DType compute_dtype() const = 0;         // F32 on cpu, BF16 on cuda
   virtual Buffer allocate(size_t bytes) = 0;       // uninitialised memory of this backend
   virtual void upload(const void* host, void* dst, size_t bytes) = 0;
+  // Host memory that upload_async() copies from without staging (page-locked on CUDA).
+  virtual Buffer allocate_host(size_t bytes) = 0;
+  // Enqueues a copy from allocate_host() memory and returns at once: the host bytes must stay unchanged until
+  // a later synchronize() or download() has returned.
+  virtual void upload_async(const void* host, void* dst, size_t bytes) = 0;
   virtual void download(const void* src, void* host, size_t bytes) = 0;
   virtual void synchronize() = 0;
   // Copies numel host elements of src_dtype (F32, BF16 or F16) into dst, converting to compute_dtype().

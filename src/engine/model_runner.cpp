@@ -125,6 +125,7 @@ void ModelRunner::warmup() {
   const int len = std::min(T, config_.max_model_len);
   const int num_seqs = std::min(ceil_div(T, len), config_.max_num_seqs);
   const int blocks_per_seq = meta_->limits().max_blocks_per_seq;
+  meta_->begin_fill();
   int* cu = meta_->cu_seqlens_q();
   cu[0] = 0;
   int t = 0;
@@ -182,6 +183,7 @@ void ModelRunner::capture_graphs() {
     if (b < max_bs) buckets.push_back(b);
   for (int b = 16; b < max_bs; b += 16) buckets.push_back(b);
   buckets.push_back(max_bs);
+  meta_->begin_fill();
   meta_->cu_seqlens_q()[0] = 0;
   pad_decode_rows(0, max_bs);
   meta_->upload(max_bs);
@@ -207,6 +209,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   bool needs_whole_rows = false;  // a sampling filter that looks at the whole vocabulary (top_k, top_p, min_p)
   std::vector<int32_t> prompt_rows, prompt_targets;
   std::vector<std::pair<int, int>> prompt_where;  // (item, scored position)
+  meta_->begin_fill();
   int32_t* cu = meta_->cu_seqlens_q();
   cu[0] = 0;
   for (int s = 0; s < num_seqs; ++s) {

@@ -1,5 +1,7 @@
 #include "engine/step_metadata.h"
 
+#include <cstring>
+
 namespace nanovllm {
 
 namespace {
@@ -28,14 +30,21 @@ StepMetadata::StepMetadata(Backend& backend, const StepLimits& limits) : backend
   off_slot_mapping_ = take(4 * T);
   off_block_tables_ = take(4 * S * limits.max_blocks_per_seq);
   total_ = off;
-  host_storage_.assign(total_, 0);
-  host_ = host_storage_.data();
+  host_storage_ = backend.allocate_host(total_);
+  host_ = static_cast<char*>(host_storage_.data());
+  std::memset(host_, 0, total_);
   device_ = backend.allocate(total_);
+}
+
+void StepMetadata::begin_fill() {
+  if (upload_pending_) backend_.synchronize();
+  upload_pending_ = false;
 }
 
 void StepMetadata::upload(int num_seqs) {
   const size_t bytes = off_block_tables_ + 4 * static_cast<size_t>(num_seqs) * limits_.max_blocks_per_seq;
-  backend_.upload(host_, device_.data(), bytes);
+  backend_.upload_async(host_, device_.data(), bytes);
+  upload_pending_ = true;
 }
 
 AttentionBatch StepMetadata::attention(int num_seqs, int max_seqlen_q, int max_seqlen_k, int block_size,

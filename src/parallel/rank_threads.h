@@ -7,6 +7,7 @@
 // Rank 0 runs on the calling thread: it samples, so its results need no hand-over, and a step costs one
 // wake-up of the other ranks only.
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -31,7 +32,10 @@ class RankThreads {
   void run(const std::function<void(int rank)>& task, const std::function<void(const std::string&)>& on_failure);
 
  private:
+  static constexpr std::chrono::milliseconds kSpinFor{50};  // longer than a decode step
+
   void worker(int rank);
+  void wait_for_next(uint64_t seen);
   void run_one(int rank);
 
   int size_;

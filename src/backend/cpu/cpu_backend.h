@@ -20,6 +20,8 @@ class CpuBackend final : public Backend {
   DType compute_dtype() const override { return DType::F32; }
   Buffer allocate(size_t bytes) override;
   void upload(const void* host, void* dst, size_t bytes) override;
+  Buffer allocate_host(size_t bytes) override { return allocate(bytes); }
+  void upload_async(const void* host, void* dst, size_t bytes) override { upload(host, dst, bytes); }
   void download(const void* src, void* host, size_t bytes) override;
   void synchronize() override {}  // every op has finished when it returns
   void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) override;

@@ -29,11 +29,14 @@ struct PagedAttentionArgs {
   float scale = 1.0f;
 };
 
-// Workspace (bytes) the split-KV decode needs for these bounds; the caller allocates it once.
+// Workspace (bytes) the split-KV decode needs for these bounds. The caller allocates it once and zeroes at
+// least its last decode_workspace_counter_bytes(max_num_seqs, num_kv_heads) before the first launch: they
+// are arrival counters, which every launch leaves at zero again.
 size_t decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_seqlen_k);
+size_t decode_workspace_counter_bytes(int num_seqs, int num_kv_heads);
 
 // q_len == 1 for every sequence: split-KV (flash-decoding), one CTA per (sequence, KV head, KV chunk)
-// computing all query heads of the GQA group, then a merge pass.
+// computing all query heads of the GQA group; the last CTA of each (sequence, KV head) merges the splits.
 void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes,
                             cudaStream_t stream);
 

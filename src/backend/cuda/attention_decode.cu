@@ -5,7 +5,8 @@
 // once per step. Inside the CTA, D/8 consecutive lanes share a key (one 16-byte vector of 8 bf16 each); the
 // CTA's "token groups" each walk their own keys with an fp32 online softmax, and merge through shared memory at
 // the end. With one split the CTA writes the bf16 output; otherwise it writes a normalised partial (acc/l) plus
-// (max, sum) to the workspace and decode_merge_kernel combines the splits.
+// (max, sum) to the workspace, and the last CTA of the (sequence, KV head) to finish combines the splits
+// (merge_if_last): no second launch, whose fixed cost was ~5 us a layer in a decode step.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -29,8 +30,9 @@ constexpr int kDecodeThreads = 128;
 // fewer than half the CTA target, e.g. 8B shapes under tensor parallelism), each sequence's own keys are
 // spread evenly over the splits instead, so that every CTA has work. Whole CTA iterations, at least
 // kDecodeMinChunk, never more than the plan's chunk (which covers max_seqlen_k >= seq_len keys). With
-// enough pairs the extra merge work costs more than it gains (measured on an H200: 0.6B shapes, bucket 144,
-// 8 KV heads: workload 6.47 s spread against 6.29-6.34 s not), so the plan's chunk is kept.
+// enough pairs the extra merge work costs more than it gains (measured on an H200 while the merge was a second
+// kernel: 0.6B shapes, bucket 144, 8 KV heads: workload 6.47 s spread against 6.29-6.34 s not), so the plan's
+// chunk is kept.
 __device__ __forceinline__ int seq_chunk(bool spread, int seq_len, int num_splits, int plan_chunk) {
   if (!spread) return plan_chunk;
   const int even = (max(seq_len, 1) + num_splits - 1) / num_splits;
@@ -38,12 +40,73 @@ __device__ __forceinline__ int seq_chunk(bool spread, int seq_len, int num_split
   return min(max(aligned, kDecodeMinChunk), plan_chunk);
 }
 
+// Called by every thread of each split CTA of a (sequence, KV head) once its partial is written. The CTA that
+// arrives last (an atomic counter in the workspace, left at zero for the next launch) weights each split's
+// normalised partial by sum * 2^(max - global max) and writes the bf16 output rows of the GQA group.
+// Everything is recomputed from the launch arguments: values kept live across the split's key loop cost it
+// registers, and occupancy (125 -> 166 registers a thread at 4 query heads per KV head when they were).
+template <int D>
+__device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, int num_splits, int plan_chunk, bool spread,
+                                              const float* ws_acc, const float* ws_ml, int* counters_end) {
+  __shared__ bool is_last;
+  __threadfence();  // this CTA's partial is visible on every SM before the CTA counts itself in
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    // One counter per (sequence, KV head), at the workspace's end, counted backwards.
+    int* counter = counters_end - 1 - (static_cast<size_t>(blockIdx.y) * a.num_kv_heads + blockIdx.x);
+    is_last = atomicAdd(counter, 1) == num_splits - 1;
+    if (is_last) *counter = 0;  // every split has arrived: nothing else touches it in this launch
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const int kv_head = blockIdx.x, seq = blockIdx.y;
+  const int row = a.cu_seqlens_q[seq + 1] - 1;
+  const int seq_len = a.seq_lens_k[seq];
+  const int chunk = seq_chunk(spread, seq_len, num_splits, plan_chunk);
+  const int group_size = a.num_heads / a.num_kv_heads;
+  const int head0 = kv_head * group_size;
+  const size_t group_base = (static_cast<size_t>(seq) * a.num_heads + head0) * num_splits;  // split 0 of head0
+  // Splits at or past the end were marked empty; only the others hold data. Plain loads see the other CTAs'
+  // partials: their fence and atomic come before this CTA's atomic and fence (CUDA's memory model).
+  const int used = min(num_splits, max(0, (seq_len + chunk - 1) / chunk));
+  constexpr int kQuads = D / 4;  // 4 output dims per work item
+  for (int item = threadIdx.x; item < group_size * kQuads; item += blockDim.x) {
+    const int h = item / kQuads;
+    const int d4 = (item % kQuads) * 4;
+    const size_t base = group_base + static_cast<size_t>(h) * num_splits;
+    const float2* ml = reinterpret_cast<const float2*>(ws_ml) + base;  // (max, sum) per split
+    float global_max = -INFINITY;
+    for (int s = 0; s < used; ++s)
+      if (ml[s].y > 0.f) global_max = fmaxf(global_max, ml[s].x);
+    float total = 0.f;
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int s = 0; s < used; ++s) {
+      const float2 split_ml = ml[s];
+      if (!(split_ml.y > 0.f)) continue;
+      const float w = split_ml.y * exp2f(split_ml.x - global_max);
+      total += w;
+      const float4 part = *reinterpret_cast<const float4*>(ws_acc + (base + s) * D + d4);
+      o[0] = fmaf(w, part.x, o[0]);
+      o[1] = fmaf(w, part.y, o[1]);
+      o[2] = fmaf(w, part.z, o[2]);
+      o[3] = fmaf(w, part.w, o[3]);
+    }
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D + d4;
+    uint2 packed;
+    packed.x = pack_bf16x2(o[0] * inv, o[1] * inv);
+    packed.y = pack_bf16x2(o[2] * inv, o[3] * inv);
+    *reinterpret_cast<uint2*>(dst) = packed;
+  }
+}
+
 // Split CTA. D: head_dim; G: query heads per KV head (every size 1..8 has its own instantiation; the code also
 // tolerates a real group smaller than G: the extra heads run on zero queries and are never written).
 template <int D, int G>
 __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAttentionArgs a, int num_splits,
-                                                                      int chunk, bool spread, float* ws_acc,
-                                                                      float* ws_ml) {
+                                                                      int plan_chunk, bool spread, float* ws_acc,
+                                                                      float* ws_ml, int* counters_end) {
   constexpr int kLanes = D / 8;                         // lanes per key: one 16-byte vector each
   constexpr int kGroups = kDecodeThreads / kLanes;      // token groups per CTA
   constexpr int kUnroll = G > 4 ? 2 : 4;                // keys per group per iteration (loads in flight)
@@ -63,7 +126,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAtten
   if (q_len <= 0) return;  // padding sequence: no row to write
   const int row = q_begin + q_len - 1;
   const int seq_len = a.seq_lens_k[seq];
-  chunk = seq_chunk(spread, seq_len, num_splits, chunk);
+  const int chunk = seq_chunk(spread, seq_len, num_splits, plan_chunk);
   const int kv_begin = split * chunk;
   const int kv_end = min(kv_begin + chunk, seq_len);
   const int group_size = a.num_heads / a.num_kv_heads;
@@ -76,6 +139,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAtten
       ws_ml[2 * (ws_base + static_cast<size_t>(tid) * num_splits)] = -INFINITY;
       ws_ml[2 * (ws_base + static_cast<size_t>(tid) * num_splits) + 1] = 0.f;
     }
+    merge_if_last<D>(a, num_splits, plan_chunk, spread, ws_acc, ws_ml, counters_end);
     return;
   }
 
@@ -235,91 +299,46 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAtten
       }
     }
   }
-}
-
-// One warp per (sequence, query head): weights each split's normalised partial by sum * 2^(max - global max).
-template <int D>
-__global__ void __launch_bounds__(kDecodeThreads) decode_merge_kernel(PagedAttentionArgs a, int num_splits,
-                                                                      int chunk, bool spread, const float* ws_acc,
-                                                                      const float* ws_ml) {
-  constexpr int kPerLane = D / 32;
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int item = blockIdx.x * (kDecodeThreads / 32) + warp;
-  if (item >= a.num_seqs * a.num_heads) return;
-  const int seq = item / a.num_heads;
-  const int head = item % a.num_heads;
-  const int q_begin = a.cu_seqlens_q[seq];
-  const int q_len = a.cu_seqlens_q[seq + 1] - q_begin;
-  if (q_len <= 0) return;
-  const int row = q_begin + q_len - 1;
-  const int seq_len = a.seq_lens_k[seq];
-  chunk = seq_chunk(spread, seq_len, num_splits, chunk);
-  // Splits at or past the end were marked empty; only the others hold data.
-  const int used = min(num_splits, max(0, (seq_len + chunk - 1) / chunk));
-  const size_t base = (static_cast<size_t>(seq) * a.num_heads + head) * num_splits;
-
-  float global_max = -INFINITY;
-  for (int s = 0; s < used; ++s) {
-    if (ws_ml[2 * (base + s) + 1] > 0.f) global_max = fmaxf(global_max, ws_ml[2 * (base + s)]);
-  }
-  float total = 0.f;
-  float o[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) o[i] = 0.f;
-  for (int s = 0; s < used; ++s) {
-    const float sum = ws_ml[2 * (base + s) + 1];
-    if (!(sum > 0.f)) continue;
-    const float w = sum * exp2f(ws_ml[2 * (base + s)] - global_max);
-    total += w;
-    const float* part = ws_acc + (base + s) * D + lane * kPerLane;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) o[i] = fmaf(w, part[i], o[i]);
-  }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + head * D + lane * kPerLane;
-#pragma unroll
-  for (int i = 0; i < kPerLane; i += 2) {
-    *reinterpret_cast<uint32_t*>(dst + i) = pack_bf16x2(o[i] * inv, o[i + 1] * inv);
-  }
+  if (num_splits > 1)
+    merge_if_last<D>(a, num_splits, plan_chunk, spread, ws_acc, ws_ml, counters_end);
 }
 
 template <int D, int G>
 void launch_decode(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml,
-                   cudaStream_t stream) {
+                   int* counters_end, cudaStream_t stream) {
   const dim3 grid(a.num_kv_heads, a.num_seqs, plan.num_splits);
   const bool spread = a.num_seqs * a.num_kv_heads < kDecodeTargetCtas / 2;  // see seq_chunk
   decode_split_kernel<D, G><<<grid, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk, spread, ws_acc,
-                                                                 ws_ml);
+                                                                 ws_ml, counters_end);
   check_launch("decode_split_kernel");
-  if (plan.num_splits > 1) {
-    const int warps = kDecodeThreads / 32;
-    const int items = a.num_seqs * a.num_heads;
-    decode_merge_kernel<D><<<(items + warps - 1) / warps, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk,
-                                                                                       spread, ws_acc, ws_ml);
-    check_launch("decode_merge_kernel");
-  }
 }
 
 template <int D>
 void dispatch_group(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml,
-                    cudaStream_t stream) {
+                    int* counters_end, cudaStream_t stream) {
   switch (a.num_heads / a.num_kv_heads) {
-    case 1: return launch_decode<D, 1>(a, plan, ws_acc, ws_ml, stream);
-    case 2: return launch_decode<D, 2>(a, plan, ws_acc, ws_ml, stream);
-    case 3: return launch_decode<D, 3>(a, plan, ws_acc, ws_ml, stream);
-    case 4: return launch_decode<D, 4>(a, plan, ws_acc, ws_ml, stream);
-    case 5: return launch_decode<D, 5>(a, plan, ws_acc, ws_ml, stream);
-    case 6: return launch_decode<D, 6>(a, plan, ws_acc, ws_ml, stream);
-    case 7: return launch_decode<D, 7>(a, plan, ws_acc, ws_ml, stream);
-    default: return launch_decode<D, 8>(a, plan, ws_acc, ws_ml, stream);
+    case 1: return launch_decode<D, 1>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 2: return launch_decode<D, 2>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 3: return launch_decode<D, 3>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 4: return launch_decode<D, 4>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 5: return launch_decode<D, 5>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 6: return launch_decode<D, 6>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 7: return launch_decode<D, 7>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    default: return launch_decode<D, 8>(a, plan, ws_acc, ws_ml, counters_end, stream);
   }
 }
 
 }  // namespace
 
 size_t decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_seqlen_k) {
-  return decode_workspace_floats(max_num_seqs, num_heads, head_dim, max_seqlen_k) * sizeof(float);
+  if (max_num_seqs <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
+  // num_kv_heads <= num_heads: counters for every (sequence, KV head) of any launch within the bounds.
+  return decode_workspace_floats(max_num_seqs, num_heads, head_dim, max_seqlen_k) * sizeof(float) +
+         decode_workspace_counter_bytes(max_num_seqs, num_heads);
+}
+
+size_t decode_workspace_counter_bytes(int num_seqs, int num_kv_heads) {
+  return static_cast<size_t>(std::max(num_seqs, 0)) * std::max(num_kv_heads, 0) * sizeof(int);
 }
 
 void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes,
@@ -336,23 +355,28 @@ void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, siz
   const DecodePlan plan = plan_decode(args.num_seqs, args.num_kv_heads, args.max_seqlen_k);
   float* ws_acc = nullptr;
   float* ws_ml = nullptr;
+  int* counters_end = nullptr;
   if (plan.num_splits > 1) {
     const size_t acc_floats = static_cast<size_t>(args.num_seqs) * args.num_heads * plan.num_splits * args.head_dim;
     const size_t need = (acc_floats + static_cast<size_t>(args.num_seqs) * args.num_heads * plan.num_splits * 2) *
-                        sizeof(float);
+                            sizeof(float) +
+                        decode_workspace_counter_bytes(args.num_seqs, args.num_kv_heads);
     if (workspace == nullptr || workspace_bytes < need)
       throw EngineError("paged_attention_decode: workspace of " + std::to_string(workspace_bytes) +
                         " bytes is smaller than the " + std::to_string(need) + " this launch needs (" +
                         std::to_string(plan.num_splits) + " splits); size it with decode_workspace_bytes");
     if ((reinterpret_cast<uintptr_t>(workspace) & 15u) != 0)
       throw EngineError("paged_attention_decode: workspace must be 16-byte aligned");
+    if (workspace_bytes % sizeof(int) != 0)
+      throw EngineError("paged_attention_decode: workspace bytes must be a multiple of 4");
     ws_acc = static_cast<float*>(workspace);
     ws_ml = ws_acc + acc_floats;
+    counters_end = reinterpret_cast<int*>(static_cast<char*>(workspace) + workspace_bytes);
   }
   if (args.head_dim == 64) {
-    dispatch_group<64>(args, plan, ws_acc, ws_ml, stream);
+    dispatch_group<64>(args, plan, ws_acc, ws_ml, counters_end, stream);
   } else {
-    dispatch_group<128>(args, plan, ws_acc, ws_ml, stream);
+    dispatch_group<128>(args, plan, ws_acc, ws_ml, counters_end, stream);
   }
 }
 

@@ -99,6 +99,8 @@ void CudaBackend::reserve(const BackendLimits& limits) {
     const size_t bytes =
         cuda::decode_workspace_bytes(limits.max_num_seqs, limits.num_heads, limits.head_dim, limits.max_model_len);
     attention_workspace_ = bytes ? allocate(bytes) : Buffer();
+    // Zero: the decode kernel's arrival counters start (and stay, between launches) at zero.
+    if (bytes) NANOVLLM_CUDA_CHECK(cudaMemset(attention_workspace_.data(), 0, bytes));
   }
   if (limits.max_logits_rows > 0 && limits.vocab_size > 0) {
     sampler_workspace_ = allocate(cuda::sampler_workspace_bytes(limits.max_logits_rows, limits.vocab_size));
@@ -126,7 +128,7 @@ Buffer CudaBackend::allocate(size_t bytes) {
   });
 }
 
-Buffer CudaBackend::allocate_pinned(size_t bytes) {
+Buffer CudaBackend::allocate_host(size_t bytes) {
   void* ptr = nullptr;
   if (bytes > 0) NANOVLLM_CUDA_CHECK(cudaMallocHost(&ptr, bytes));
   return Buffer(ptr, bytes, &free_pinned);
@@ -146,10 +148,10 @@ void CudaBackend::download(const void* src, void* host, size_t bytes) {
   NANOVLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void CudaBackend::upload_async(const void* pinned_src, void* dst, size_t bytes) {
+void CudaBackend::upload_async(const void* host, void* dst, size_t bytes) {
   make_current();
   if (bytes == 0) return;
-  NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, stream_));
+  NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
 }
 
 void CudaBackend::download_async(const void* src, void* pinned_dst, size_t bytes) {
@@ -172,7 +174,7 @@ void CudaBackend::upload_converted(const void* host_src, DType src_dtype, void* 
   // Convert on the host into two pinned halves: one is filled while the other's copy runs.
   constexpr int64_t kChunkElems = 4 << 20;
   const int64_t chunk = std::min(numel, kChunkElems);
-  Buffer staging = allocate_pinned(static_cast<size_t>(2 * chunk) * sizeof(uint16_t));
+  Buffer staging = allocate_host(static_cast<size_t>(2 * chunk) * sizeof(uint16_t));
   std::array<cudaEvent_t, 2> copied{};
   for (auto& e : copied) NANOVLLM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   auto destroy_events = [&] {

@@ -37,6 +37,8 @@ class CudaBackend final : public Backend {
   Buffer allocate(size_t bytes) override;  // cudaMalloc; 256-byte aligned
   // Synchronous: returns when the copy is done (host may be pageable); ordered after earlier ops.
   void upload(const void* host, void* dst, size_t bytes) override;
+  Buffer allocate_host(size_t bytes) override;  // page-locked
+  void upload_async(const void* host, void* dst, size_t bytes) override;
   void download(const void* src, void* host, size_t bytes) override;
   void synchronize() override;
   void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) override;
@@ -70,9 +72,7 @@ class CudaBackend final : public Backend {
   };
   MemoryInfo memory_info() const;
   size_t bytes_allocated() const;  // live bytes from allocate() on this device
-  Buffer allocate_pinned(size_t bytes);  // page-locked host memory
-  // Asynchronous copies on the stream; the host side must be pinned and stay alive until synchronize().
-  void upload_async(const void* pinned_src, void* dst, size_t bytes);
+  // Asynchronous copy on the stream; the host side must be pinned and stay alive until synchronize().
   void download_async(const void* src, void* pinned_dst, size_t bytes);
   // Captures everything `enqueue` puts on the stream (no synchronising calls inside) and instantiates it.
   CudaGraph capture(const std::function<void()>& enqueue);

@@ -151,6 +151,7 @@ void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps)
   fill(q, q_elems, 5, 2.f);
   const size_t ws_bytes = nanovllm::cuda::decode_workspace_bytes(batch, s.num_heads, s.head_dim, ctx);
   DeviceBuffer ws(ws_bytes);
+  check(cudaMemset(ws.ptr, 0, std::max<size_t>(ws_bytes, 16)), "zero workspace");  // the decode's arrival counters
   auto args = make_args(s, batch, 1, ctx, q, k, v, cu_d, lens_d, out);
   const auto call = [&](int rep) {
     args.block_tables = table.as<int>() + static_cast<size_t>(rep % tables) * needed;

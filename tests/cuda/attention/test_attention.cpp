@@ -44,16 +44,34 @@ Comparison run_case(const Problem& p, Kernel kernel) {
   DeviceBatch dev = upload(p, host);
   poison_output(dev);
   DevicePtr workspace;
+  std::vector<uint16_t> out;
   if (kernel == Kernel::kDecode) {
-    const size_t ws_bytes = cuda::decode_workspace_bytes(static_cast<int>(p.seqs.size()), p.num_heads, p.head_dim,
-                                                         host.max_seqlen_k);
+    const int num_seqs = static_cast<int>(p.seqs.size());
+    const size_t ws_bytes = cuda::decode_workspace_bytes(num_seqs, p.num_heads, p.head_dim, host.max_seqlen_k);
+    const size_t counter_bytes = cuda::decode_workspace_counter_bytes(num_seqs, p.num_kv_heads);
     workspace = device_alloc(ws_bytes);
-    check(cudaMemset(workspace.get(), 0xff, std::max<size_t>(ws_bytes, 16)), "poison workspace");
-    cuda::paged_attention_decode(dev.args, workspace.get(), ws_bytes, nullptr);
+    // Partials poisoned (a read of one never written shows), the arrival counters at the end zeroed.
+    char* ws = static_cast<char*>(workspace.get());
+    check(cudaMemset(ws, 0xff, std::max<size_t>(ws_bytes, 16)), "poison workspace");
+    if (ws_bytes) check(cudaMemset(ws + ws_bytes - counter_bytes, 0, counter_bytes), "zero counters");
+    cuda::paged_attention_decode(dev.args, ws, ws_bytes, nullptr);
+    out = download_output(dev);
+    // A second launch on the same workspace (as a graph replay does) finds the counters back at zero and
+    // writes the same bits.
+    poison_output(dev);
+    cuda::paged_attention_decode(dev.args, ws, ws_bytes, nullptr);
+    EXPECT_EQ(download_output(dev), out) << "second launch on the same workspace: " << p.describe();
+    if (ws_bytes) {
+      std::vector<int> counters(counter_bytes / sizeof(int));
+      check(cudaMemcpy(counters.data(), ws + ws_bytes - counter_bytes, counter_bytes, cudaMemcpyDeviceToHost),
+            "download counters");
+      EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), static_cast<long>(counters.size()))
+          << "arrival counters not back at zero: " << p.describe();
+    }
   } else {
     cuda::paged_attention_prefill(dev.args, nullptr);
+    out = download_output(dev);
   }
-  const std::vector<uint16_t> out = download_output(dev);
   const std::vector<double> ref = reference_attention(p, host);
   const Comparison c = compare(out, ref, static_cast<size_t>(p.num_heads) * p.head_dim);
   std::printf("[attn] %s %s: %s\n", kernel == Kernel::kDecode ? "decode " : "prefill", p.describe().c_str(),
@@ -150,7 +168,8 @@ TEST(AttentionArgs, WorkspaceCoversEveryLaunchWithinBounds) {
             ASSERT_GE(plan.num_splits, 1);
             ASSERT_GE(static_cast<int64_t>(plan.num_splits) * plan.chunk, len);
             ASSERT_LT(static_cast<int64_t>(plan.num_splits - 1) * plan.chunk, std::max(len, 1));
-            const size_t need = static_cast<size_t>(seqs) * num_heads * plan.num_splits * (head_dim + 2) * 4;
+            const size_t need = static_cast<size_t>(seqs) * num_heads * plan.num_splits * (head_dim + 2) * 4 +
+                                cuda::decode_workspace_counter_bytes(seqs, kv_heads);
             ASSERT_LE(need, bytes) << max_seqs << " " << max_len << " " << seqs << " " << kv_heads << " " << len;
           }
         }

@@ -56,8 +56,8 @@ TEST_F(CudaOpsTest, UploadConvertedMatchesHostRounding) {
 
 TEST_F(CudaOpsTest, PinnedAsyncRoundTrip) {
   const size_t bytes = 3 << 20;
-  Buffer src = gpu().allocate_pinned(bytes);
-  Buffer back = gpu().allocate_pinned(bytes);
+  Buffer src = gpu().allocate_host(bytes);
+  Buffer back = gpu().allocate_host(bytes);
   auto* s = static_cast<uint8_t*>(src.data());
   for (size_t i = 0; i < bytes; ++i) s[i] = static_cast<uint8_t>(i * 131 + 7);
   std::memset(back.data(), 0, bytes);
