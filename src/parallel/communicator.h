@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "common/error.h"
 #include "common/tensor.h"
 
 namespace nanovllm {
@@ -36,6 +37,14 @@ class Communicator {
   // Throws when a collective of this rank is known to have failed without an error of its own (a wait
   // that timed out); called after every step.
   virtual void check_health() {}
+
+ protected:
+  // gather_to_first on rank 0: gathered must hold every rank's chunk.
+  void require_room_to_gather(const Tensor& chunk, const Tensor& gathered) const {
+    if (gathered.numel() < chunk.numel() * size())
+      throw EngineError("gather_to_first: gathered " + gathered.shape_string() + " is smaller than " +
+                        std::to_string(size()) + " x " + chunk.shape_string());
+  }
 };
 
 // The communicators of all ranks, created together. abort() is how a failure on one rank reaches the others:
@@ -43,7 +52,6 @@ class Communicator {
 class CommunicatorGroup {
  public:
   virtual ~CommunicatorGroup() = default;
-  virtual int size() const = 0;
   virtual Communicator& rank(int r) = 0;
   // Callable from any thread, any number of times.
   virtual void abort(const std::string& reason) = 0;

@@ -33,9 +33,7 @@ class HostCommunicator final : public Communicator {
     require_f32(chunk, "gather_to_first");
     group_.exchange(rank_, chunk.data);
     if (rank_ == 0) {
-      if (gathered.numel() < chunk.numel() * size())
-        throw EngineError("gather_to_first: gathered " + gathered.shape_string() + " is smaller than " +
-                          std::to_string(size()) + " x " + chunk.shape_string());
+      require_room_to_gather(chunk, gathered);
       for (int r = 0; r < size(); ++r)
         std::memcpy(static_cast<char*>(gathered.data) + static_cast<size_t>(r) * chunk.bytes(), group_.slot(r),
                     chunk.bytes());

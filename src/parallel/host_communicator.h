@@ -15,7 +15,7 @@ class HostCommunicatorGroup final : public CommunicatorGroup {
   explicit HostCommunicatorGroup(int size);
   ~HostCommunicatorGroup() override;
 
-  int size() const override { return static_cast<int>(ranks_.size()); }
+  int size() const { return static_cast<int>(ranks_.size()); }
   Communicator& rank(int r) override;
   void abort(const std::string& reason) override;
   std::string describe() const override { return "host threads"; }

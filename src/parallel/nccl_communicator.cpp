@@ -83,9 +83,7 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice", rank_);
     const auto count = static_cast<size_t>(chunk.numel());
     const ncclDataType_t type = nccl_type(chunk.dtype, rank_);
-    if (rank_ == 0 && gathered.numel() < chunk.numel() * size_)
-      throw EngineError("gather_to_first: gathered " + gathered.shape_string() + " is smaller than " +
-                        std::to_string(size_) + " x " + chunk.shape_string());
+    if (rank_ == 0) require_room_to_gather(chunk, gathered);
     check_nccl(ncclGroupStart(), "ncclGroupStart", rank_);
     if (rank_ == 0) {
       for (int r = 0; r < size_; ++r)
@@ -107,12 +105,14 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaMemcpyAsync(scratch_, &value, sizeof value, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync",
                rank_);
     check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclInt64, ncclMin, comm_, stream_), "ncclAllReduce", rank_);
+    // The wait may be long (the others may still be loading) and abort() must get through meanwhile, so it
+    // happens unlocked; the copy back (into pageable memory, which waits too) only once it is over.
+    held.unlock();
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", rank_);
+    held = group_.enter("min_over_ranks");  // throws when the wait ended because the group was aborted
     int64_t smallest = 0;
     check_cuda(cudaMemcpyAsync(&smallest, scratch_, sizeof smallest, cudaMemcpyDeviceToHost, stream_),
                "cudaMemcpyAsync", rank_);
-    held.unlock();  // the wait may be long (the others may still be loading): abort() must get through
-    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", rank_);
-    group_.enter("min_over_ranks");  // throws when the wait ended because the group was aborted
     return smallest;
   }
 
@@ -176,8 +176,9 @@ std::shared_lock<std::shared_timed_mutex> NcclCommunicatorGroup::enter(const cha
 // NCCL calls only enqueue (they do not wait for peers on the host), so the exclusive lock comes quickly; if it
 // does not within a second, abort anyway rather than hang.
 void NcclCommunicatorGroup::abort(const std::string& reason) {
+  if (aborted_) return;
   std::unique_lock held(lock_, std::defer_lock);
-  const bool locked = held.try_lock_for(std::chrono::seconds(1));
+  (void)held.try_lock_for(std::chrono::seconds(1));  // held or not, go on (see above)
   if (aborted_.exchange(true)) return;
   {
     std::lock_guard guard(reason_mutex_);
@@ -188,7 +189,6 @@ void NcclCommunicatorGroup::abort(const std::string& reason) {
     if (comm.comm()) ncclCommAbort(comm.comm());
     comm.forget_comm();
   }
-  (void)locked;
 }
 
 // NCCL reports transport failures asynchronously; nobody would see them while ranks wait on their streams.

@@ -23,7 +23,6 @@ class NcclCommunicatorGroup final : public CommunicatorGroup {
   NcclCommunicatorGroup(const std::vector<int>& devices, const std::vector<cudaStream_t>& streams);
   ~NcclCommunicatorGroup() override;
 
-  int size() const override { return static_cast<int>(ranks_.size()); }
   Communicator& rank(int r) override;
   void abort(const std::string& reason) override;
   std::string describe() const override;

@@ -66,7 +66,9 @@ __device__ void signal_and_wait(const Peers& peers, int rank, int size, uint32_t
     store_release(peers.flags[p] + b * kMaxRanks + rank, epoch);
     const uint32_t* arrived = peers.flags[rank] + b * kMaxRanks + p;
     const unsigned long long start = global_ns();
-    while (load_acquire(arrived) != epoch) {
+    // Wrap-aware "not yet": a fast peer may already have moved on and raised epoch + 1 here (it cannot get
+    // further before this block's next flag), which also releases everything it pushed for `epoch`.
+    while (static_cast<int32_t>(load_acquire(arrived) - epoch) < 0) {
       if (global_ns() - start > kTimeoutNs) {
         atomicExch(timed_out, 1);
         break;
@@ -147,19 +149,12 @@ __global__ void __launch_bounds__(1024) one_shot_all_reduce_add_rms_norm(
   const uint4* inbox = static_cast<const uint4*>(peers.inbox[rank]) + offset;
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t base = static_cast<int64_t>(row) * hidden;
-    float vals[kVecs][8];
-    float sum_sq = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      const int v = threadIdx.x + k * blockDim.x;
-      if (v >= nvec) continue;
+    const auto reduced = [&](int v, float(&f)[8]) {
       float acc[8];
       sum_over_ranks(xv, inbox, slot_vectors, rank, size, static_cast<int64_t>(row) * nvec + v, acc);
-      to_float8(from_float8(acc), vals[k]);  // the all-reduce's bf16 result
-      add_to_residual(vals[k], residual + base + v * 8);
-      add_squares(vals[k], sum_sq);
-    }
-    normalise_and_store<kVecs>(vals, sum_sq, weight, eps, hidden, out + base, scratch);
+      to_float8(from_float8(acc), f);  // the all-reduce's bf16 result
+    };
+    rms_norm_row<kVecs, true>(reduced, residual + base, weight, eps, hidden, out + base, scratch);
   }
 }
 

@@ -24,7 +24,6 @@ class RankThreads {
   RankThreads(const RankThreads&) = delete;
   RankThreads& operator=(const RankThreads&) = delete;
 
-  int size() const { return size_; }
   // Runs task(r) for every rank r at once and returns when all have returned. When a rank throws,
   // on_failure(message) is called at once from that rank's thread (to release ranks waiting for it in a
   // collective); once all have returned, the first failure is rethrown with its rank named (InvalidInput

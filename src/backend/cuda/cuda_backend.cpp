@@ -99,8 +99,12 @@ void CudaBackend::reserve(const BackendLimits& limits) {
     const size_t bytes =
         cuda::decode_workspace_bytes(limits.max_num_seqs, limits.num_heads, limits.head_dim, limits.max_model_len);
     attention_workspace_ = bytes ? allocate(bytes) : Buffer();
-    // Zero: the decode kernel's arrival counters start (and stay, between launches) at zero.
-    if (bytes) NANOVLLM_CUDA_CHECK(cudaMemset(attention_workspace_.data(), 0, bytes));
+    // The decode kernel's arrival counters (the workspace's tail) start, and stay between launches, at zero;
+    // zeroed on the stream the kernels run on (a cudaMemset would not be ordered before them).
+    const size_t counters = cuda::decode_workspace_counter_bytes(limits.max_num_seqs, limits.num_heads);
+    if (bytes)
+      NANOVLLM_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(attention_workspace_.data()) + bytes - counters, 0,
+                                          counters, stream_));
   }
   if (limits.max_logits_rows > 0 && limits.vocab_size > 0) {
     sampler_workspace_ = allocate(cuda::sampler_workspace_bytes(limits.max_logits_rows, limits.vocab_size));

@@ -15,18 +15,9 @@ __global__ void rms_norm_kernel(const __nv_bfloat16* x, __nv_bfloat16* residual,
                                 int hidden) {
   __shared__ float scratch[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
-  const int nvec = hidden / 8;
-  float vals[kVecs][8];
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kVecs; ++i) {
-    const int v = threadIdx.x + i * blockDim.x;
-    if (v >= nvec) continue;
-    to_float8(load_bf16x8(x + base + v * 8), vals[i]);
-    if constexpr (kAddResidual) add_to_residual(vals[i], residual + base + v * 8);
-    add_squares(vals[i], sum_sq);
-  }
-  normalise_and_store<kVecs>(vals, sum_sq, weight, eps, hidden, out + base, scratch);
+  rms_norm_row<kVecs, kAddResidual>([&](int v, float(&f)[8]) { to_float8(load_bf16x8(x + base + v * 8), f); },
+                                    kAddResidual ? residual + base : nullptr, weight, eps, hidden, out + base,
+                                    scratch);
 }
 
 template <bool kAddResidual>

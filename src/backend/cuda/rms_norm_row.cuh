@@ -51,4 +51,24 @@ __device__ __forceinline__ void normalise_and_store(float (&vals)[kVecs][8], flo
   }
 }
 
+// The whole row: load(v, vals) gives the thread's vector v in fp32; with kAddResidual, residual_row += vals
+// first (vals becomes the stored bf16 sum); then out_row = vals / rms * weight.
+template <int kVecs, bool kAddResidual, class Load>
+__device__ __forceinline__ void rms_norm_row(Load load, __nv_bfloat16* residual_row,
+                                             const __nv_bfloat16* __restrict__ weight, float eps, int hidden,
+                                             __nv_bfloat16* out_row, float* scratch) {
+  const int nvec = hidden / 8;
+  float vals[kVecs][8];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int v = threadIdx.x + i * blockDim.x;
+    if (v >= nvec) continue;
+    load(v, vals[i]);
+    if constexpr (kAddResidual) add_to_residual(vals[i], residual_row + v * 8);
+    add_squares(vals[i], sum_sq);
+  }
+  normalise_and_store<kVecs>(vals, sum_sq, weight, eps, hidden, out_row, scratch);
+}
+
 }  // namespace nanovllm::cuda

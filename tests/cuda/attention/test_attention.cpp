@@ -168,9 +168,11 @@ TEST(AttentionArgs, WorkspaceCoversEveryLaunchWithinBounds) {
             ASSERT_GE(plan.num_splits, 1);
             ASSERT_GE(static_cast<int64_t>(plan.num_splits) * plan.chunk, len);
             ASSERT_LT(static_cast<int64_t>(plan.num_splits - 1) * plan.chunk, std::max(len, 1));
-            const size_t need = static_cast<size_t>(seqs) * num_heads * plan.num_splits * (head_dim + 2) * 4 +
-                                cuda::decode_workspace_counter_bytes(seqs, kv_heads);
-            ASSERT_LE(need, bytes) << max_seqs << " " << max_len << " " << seqs << " " << kv_heads << " " << len;
+            // The partials (from the front) stay below every launch's counters (at the end, at most one per
+            // sequence and query head).
+            const size_t partials = static_cast<size_t>(seqs) * num_heads * plan.num_splits * (head_dim + 2) * 4;
+            ASSERT_LE(partials + cuda::decode_workspace_counter_bytes(max_seqs, num_heads), bytes)
+                << max_seqs << " " << max_len << " " << seqs << " " << kv_heads << " " << len;
           }
         }
       }
@@ -273,10 +275,62 @@ TEST(Decode, LargeBatchSingleSplit) {
     for (int i = 0; i < 260; ++i) lengths.push_back(len(rng));  // 260 x 8 KV heads = 2080 CTAs
     lengths[3] = 256;
     lengths[4] = 257;
+    ASSERT_EQ(cuda::attention_detail::plan_decode(260, 8, 700).num_splits, 1);
     p.seqs = decode_seqs(lengths);
     p.seed = 11 + d;
     expect_close(p, Kernel::kDecode);
   }
+}
+
+// 130 sequences x 8 KV heads (>= half the CTA target, so keys are not spread): two splits of the planned
+// chunk, merged by the last CTA of each (sequence, KV head); sequences shorter than a chunk leave split 1 empty.
+TEST(Decode, TwoSplitsPlannedChunk) {
+  REQUIRE_DEVICE();
+  using cuda::attention_detail::kDecodeTargetCtas;
+  std::mt19937 rng(8);
+  std::uniform_int_distribution<int> len(1, 700);
+  std::vector<int> lengths;
+  for (int i = 0; i < 130; ++i) lengths.push_back(len(rng));
+  lengths[0] = 700;
+  lengths[5] = 384;
+  lengths[6] = 385;
+  ASSERT_GE(130 * 8, kDecodeTargetCtas / 2);
+  ASSERT_EQ(cuda::attention_detail::plan_decode(130, 8, 700).num_splits, 2);
+  Problem p;
+  p.num_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  p.block_size = 16;
+  p.seqs = decode_seqs(lengths);
+  p.seed = 13;
+  expect_close(p, Kernel::kDecode);
+}
+
+// Few (sequence, KV head) pairs and a bound far above the lengths (a decode graph of 8B shapes under tensor
+// parallelism): the plan's chunk (256 keys) is above the minimum, and each sequence's own keys are spread
+// evenly over the planned splits in smaller chunks.
+TEST(Decode, KeysSpreadOverPlannedSplits) {
+  REQUIRE_DEVICE();
+  using cuda::attention_detail::kDecodeMinChunk;
+  using cuda::attention_detail::kDecodeTargetCtas;
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> len(1, 6000);
+  std::vector<int> lengths;
+  for (int i = 0; i < 32; ++i) lengths.push_back(len(rng));
+  lengths[0] = 6000;
+  lengths[1] = 1;
+  lengths[2] = 129;
+  Problem p;
+  p.num_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim = 128;
+  p.block_size = 16;
+  p.seqs = decode_seqs(lengths);
+  p.extra_bound_k = 2000;
+  ASSERT_LT(32 * 2, kDecodeTargetCtas / 2);
+  ASSERT_GT(cuda::attention_detail::plan_decode(32, 2, 8000).chunk, kDecodeMinChunk);
+  p.seed = 17;
+  expect_close(p, Kernel::kDecode);
 }
 
 // max_seqlen_k <= 128: one split even for one sequence.

@@ -31,6 +31,16 @@ struct Group {
   }
 };
 
+// Whether GPUs 0..size-1 reach each other directly: then the group must use the peer one-shot path.
+bool peers_reach_each_other(int size) {
+  for (int a = 0; a < size; ++a)
+    for (int b = 0; b < size; ++b) {
+      int ok = 0;
+      if (a != b && (cudaDeviceCanAccessPeer(&ok, a, b) != cudaSuccess || !ok)) return false;
+    }
+  return true;
+}
+
 // Mean milliseconds of one replay of `graph` on rank r, every rank starting together (min_over_ranks is a
 // blocking collective: all ranks are there with idle streams when it returns).
 double time_replays(Group& g, int r, const CudaGraph& graph, int replays) {
@@ -132,7 +142,9 @@ TEST(NcclCommunicator, CollectivesMatchTheHostAndReplayFromGraphs) {
 }
 
 // Sizes on both paths: 1003 elements (not whole 16-byte vectors: NCCL), 4096 (one decode row of Qwen3-8B:
-// the peer one-shot kernel), 256 x 4096 (a decode batch, peer) and 4096 x 4096 (a prefill step: NCCL). Each is
+// the peer one-shot kernel), 256 x 4096 (a decode batch: peer up to 4 GPUs, where 2 MiB fits the 8 MiB /
+// (N - 1) slot) and 4096 x 4096 (a prefill step: NCCL). Where the GPUs reach each other the peer path must be
+// on, or the test would check NCCL alone. Each is
 // captured once in a CUDA graph and replayed 5 times with new inputs (the peer kernel's epochs and staging
 // halves advance on the device), and must equal the host's sum on every rank, bit-identically across ranks.
 TEST(NcclCommunicator, AllReduceMatchesTheHostOnBothPathsThroughGraphReplays) {
@@ -140,6 +152,8 @@ TEST(NcclCommunicator, AllReduceMatchesTheHostOnBothPathsThroughGraphReplays) {
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs";
   for (int size = 2; size <= gpus; size *= 2) {
     Group g(size);
+    if (peers_reach_each_other(size))
+      ASSERT_NE(g.comms->describe().find("peer"), std::string::npos) << g.comms->describe();
     for (int64_t n : {int64_t{1003}, int64_t{4096}, int64_t{256} * 4096, int64_t{4096} * 4096}) {
       constexpr int kReplays = 5;
       std::mt19937 rng(static_cast<unsigned>(n + size));
@@ -318,13 +332,17 @@ TEST(NcclCommunicator, FusedAllReduceAddRmsNormEqualsTheUnfusedPath) {
 
 // Rank 1 throws before its all-reduce; the others have enqueued theirs and wait on their streams. They must be
 // released within seconds and the error reported must be rank 1's, on both paths: 1003 elements go through
-// NCCL (released by ncclCommAbort), 4096 through the peer one-shot kernel (released by its timeout). Each
-// path gets a fresh group: a failed group stays failed.
+// NCCL (released by ncclCommAbort), 4096 through the peer one-shot kernel (released by its timeout, after
+// which every waiting rank's check_health() must throw: its sum is garbage). Each path gets a fresh group: a
+// failed group stays failed.
 TEST(NcclCommunicator, AFailingRankReleasesRanksWaitingOnTheirStreams) {
   const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs";
   for (int64_t n : {int64_t{1003}, int64_t{4096}}) {
-    Group g(gpus >= 4 ? 4 : 2);
+    const int size = gpus >= 4 ? 4 : 2;
+    Group g(size);
+    const bool peer_path = n == 4096 && g.comms->describe().find("peer") != std::string::npos;
+    std::vector<char> unhealthy(size, 0);
     const auto start = std::chrono::steady_clock::now();
     try {
       g.run([&](int r) {
@@ -336,6 +354,12 @@ TEST(NcclCommunicator, AFailingRankReleasesRanksWaitingOnTheirStreams) {
         Tensor xt = xb.view(DType::BF16, {n});
         g.comms->rank(r).all_reduce_sum(xt);
         g.cuda(r).synchronize();
+        try {
+          g.comms->rank(r).check_health();
+        } catch (const EngineError&) {
+          unhealthy[r] = 1;
+          throw;
+        }
       });
       ADD_FAILURE() << "the failure was not reported (n " << n << ")";
     } catch (const EngineError& e) {
@@ -344,6 +368,8 @@ TEST(NcclCommunicator, AFailingRankReleasesRanksWaitingOnTheirStreams) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("[nccl] %lld elements: failing rank reported after %.2f s\n", static_cast<long long>(n), seconds);
     EXPECT_LT(seconds, 10.0) << "n " << n;
+    for (int r = 0; peer_path && r < size; ++r)
+      if (r != 1) EXPECT_TRUE(unhealthy[r]) << "rank " << r << " timed out but check_health() did not say so";
   }
 }
 
