@@ -60,7 +60,7 @@ Workload read_workload(const std::string& path, int limit) {
 
 // Where a run's time went: steps by kind, as the engine timed them.
 struct RunTimes {
-  double first_token = 0, total = 0;
+  double first_token = 0, total = 0;  // first_token: the end of the last prefill step before any decode step
   int prefill_steps = 0, decode_steps = 0;
   long long prefill_tokens = 0, decode_tokens = 0;
   double prefill_s = 0, decode_s = 0;
@@ -79,9 +79,9 @@ RunTimes run_all(LLMEngine& engine, const std::vector<std::vector<int32_t>>& pro
     if (s.num_tokens == 0) continue;
     if (s.is_prefill) {
       ++t.prefill_steps, t.prefill_tokens += s.num_tokens, t.prefill_s += s.seconds;
+      if (t.decode_steps == 0) t.first_token = seconds_since(start);  // a prompt's last chunk samples its first token
     } else {
       ++t.decode_steps, t.decode_tokens += s.num_tokens, t.decode_s += s.seconds;
-      if (t.first_token < 0) t.first_token = seconds_since(start);
     }
   }
   t.total = seconds_since(start);
@@ -90,13 +90,11 @@ RunTimes run_all(LLMEngine& engine, const std::vector<std::vector<int32_t>>& pro
 }
 
 // The bytes a decode step cannot avoid reading: all weights once per step, and every cached K/V byte of
-// every sequence in it (summed over the tensor-parallel ranks, replicated KV heads included). Over the
-// measured read bandwidth this is the workload's floor.
+// every sequence in it (summed over the tensor-parallel ranks, replicated KV heads included: the cache's own
+// bytes per token). Over the measured read bandwidth this is the workload's floor.
 double workload_floor_bytes(const Workload& w, const LLMEngine& engine) {
-  const ModelConfig& m = engine.model_config();
-  const int tp = engine.config().tensor_parallel_size;
-  const int kv_heads = std::max(m.num_key_value_heads, tp);  // fewer KV heads than ranks: each rank keeps one
-  const double kv_per_token = 2.0 * m.num_hidden_layers * kv_heads * m.head_dim * 2;  // bf16
+  const double kv_per_token = static_cast<double>(engine.kv_cache_bytes()) /
+                              (static_cast<double>(engine.num_kvcache_blocks()) * engine.config().kvcache_block_size);
   double kv = 0;
   int longest = 0;
   for (size_t i = 0; i < w.prompts.size(); ++i) {
@@ -139,10 +137,10 @@ int run_bench(const BenchArgs& a) {
     for (int s = 0; s < a.batch_size; ++s)
       for (int i = 0; i < a.input_len; ++i) prompts[s][i] = (s * 7919 + i * 131 + 7) % 10000;
     const RunTimes t = run_all(engine, prompts, std::vector<SamplingParams>(a.batch_size, p));
-    const double ttft = t.first_token, decode_s = t.total - t.first_token;
+    // Each decode step gives every sequence one token (the first came from the prefill).
+    const double step_s = t.decode_s / std::max(t.decode_steps, 1);
     std::printf("latency: batch %d, prompt %d, output %d: %.3f ms/token decode (%.1f tok/s), %.2f ms to first token\n",
-                a.batch_size, a.input_len, a.output_len, decode_s / (a.output_len - 1) * 1e3,
-                a.batch_size * (a.output_len - 1) / decode_s, ttft * 1e3);
+                a.batch_size, a.input_len, a.output_len, step_s * 1e3, a.batch_size / step_s, t.first_token * 1e3);
     return 0;
   }
   if (a.prefill) {
@@ -177,9 +175,10 @@ int run_bench(const BenchArgs& a) {
   if (auto gbs = measure_read_bandwidth_gbs(engine.runner_backend())) {
     // Tensor-parallel ranks read their shards at once: the floor divides by the number of GPUs.
     const int gpus = config.tensor_parallel_size;
-    const double floor_s = workload_floor_bytes(w, engine) / (*gbs * 1e9 * gpus);
+    const double floor_bytes = workload_floor_bytes(w, engine);
+    const double floor_s = floor_bytes / (*gbs * 1e9 * gpus);
     std::printf("memory floor: %.2f TB at %.0f GB/s measured x %d GPU(s) = %.2f s; this run: %.1f%% of the floor's speed\n",
-                workload_floor_bytes(w, engine) / 1e12, *gbs, gpus, floor_s, 100.0 * floor_s / total);
+                floor_bytes / 1e12, *gbs, gpus, floor_s, 100.0 * floor_s / total);
   }
   return 0;
 }

@@ -21,7 +21,7 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   std::vector<std::string> stop;     // stop strings, cut from the text (needs a tokenizer)
   std::optional<int> logprobs;       // k in [0, kMaxLogprobs]: logprob of each output token plus the top k
-  std::optional<int> prompt_logprobs;  // k: the same for each prompt token (the first is null)
+  std::optional<int> prompt_logprobs;  // k in [0, kMaxLogprobs]: the same for each prompt token (the first is null)
   bool skip_special_tokens = true;
 
   // Throws InvalidInput naming the first bad field.

@@ -6,6 +6,7 @@
 // Ops are enqueued in order (the CUDA backend on one stream); call synchronize() before reading results.
 // Outputs never alias inputs except where an op says so (rms_norm/add_rms_norm: out may be x).
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -134,6 +135,15 @@ class Backend {
   // are treated as plain temperature sampling.
   virtual void sample_shard(const Tensor& logits, int64_t vocab_start, int64_t valid, const SamplerInputs& in,
                             Tensor& best_key, Tensor& best_token) = 0;
+  // The merge of sample_shard()'s picks over the shards, one at a time into `best` (which starts empty):
+  // the largest key, the lowest token on equal keys. best.token stays INT32_MAX when no shard had a token.
+  struct ShardPick {
+    float key = -std::numeric_limits<float>::infinity();
+    int32_t token = std::numeric_limits<int32_t>::max();
+  };
+  static void merge_shard_pick(ShardPick& best, float key, int32_t token) {
+    if (key > best.key || (key == best.key && token < best.token)) best = {key, token};
+  }
   // Log-softmax of the raw logits F32 [R, V]: target_logprob F32 [R] = logprob of targets[r] (NaN for a
   // target outside [0, V)); when k > 0,
   // top_ids I32 [R, k] and top_logprobs F32 [R, k] hold the k largest, descending (lowest id first on ties).

@@ -1,7 +1,6 @@
 #include "engine/device_support.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/error.h"
@@ -58,23 +57,19 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index) {
 }
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (resolves_to_cuda(device)) return make_cuda_backend(0);
-  return std::make_unique<CpuBackend>();
-}
-
 std::vector<std::unique_ptr<Backend>> make_rank_backends(const std::string& device, int size) {
   std::vector<std::unique_ptr<Backend>> backends;
-  if (size == 1) {
-    backends.push_back(make_backend(device));
-    return backends;
-  }
   if (!resolves_to_cuda(device)) {
-    // Ranks run at once: each gets its share of the cores rather than all of them.
-    const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / size);
+    // Ranks run at once: each gets its share of the threads one backend would use (OMP_NUM_THREADS or the cores).
+    const int threads = std::max(1, CpuBackend().num_threads() / size);
     for (int r = 0; r < size; ++r) backends.push_back(std::make_unique<CpuBackend>(threads));
     return backends;
   }
+#ifndef NANOVLLM_HAVE_NCCL
+  if (size > 1)  // before any GPU is touched
+    throw InvalidInput("tensor_parallel_size " + std::to_string(size) +
+                       " on GPUs needs NCCL, which this build did not find (the CPU backend runs it without)");
+#endif
   const int count = cuda_device_count();
   if (count < size)
     throw InvalidInput("tensor_parallel_size " + std::to_string(size) + " needs " + std::to_string(size) +
@@ -96,8 +91,7 @@ std::unique_ptr<CommunicatorGroup> make_communicator_group(const std::vector<Bac
   }
   return std::make_unique<NcclCommunicatorGroup>(devices, streams);
 #else
-  throw InvalidInput("tensor_parallel_size " + std::to_string(size) +
-                     " on GPUs needs NCCL, which this build did not find (the CPU backend runs it without)");
+  throw EngineError("make_communicator_group: GPU ranks need NCCL, which this build lacks");  // checked earlier
 #endif
 }
 

@@ -13,14 +13,12 @@
 
 namespace nanovllm {
 
-// "auto" picks CUDA when this build has it and a GPU is present, else the CPU. Throws InvalidInput for
-// "cuda" without a GPU.
-std::unique_ptr<Backend> make_backend(const std::string& device);
 // GPUs visible to this build (0 without CUDA or without a device).
 int cuda_device_count();
 bool cuda_available();
-// The backends of a tensor-parallel group, rank r on GPU r (or `size` CPU backends sharing the cores).
-// Throws InvalidInput when fewer GPUs are visible than ranks asked for.
+// The backends of a tensor-parallel group (size 1: one backend), rank r on GPU r, or `size` CPU backends
+// sharing the threads. device "auto" picks CUDA when this build has it and a GPU is present, else the CPU.
+// Throws InvalidInput for "cuda" without a GPU, for fewer GPUs than ranks, and for GPU ranks without NCCL.
 std::vector<std::unique_ptr<Backend>> make_rank_backends(const std::string& device, int size);
 // Communicators for those backends: NCCL between GPUs, host memory between CPU ranks.
 std::unique_ptr<CommunicatorGroup> make_communicator_group(const std::vector<Backend*>& backends);

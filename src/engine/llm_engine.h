@@ -70,7 +70,6 @@ class LLMEngine {
   std::unique_ptr<ModelExecutor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
-  std::vector<RequestOutput> aborted_;
   int64_t next_request_id_ = 0;
   StepStats last_step_;
   double startup_seconds_ = 0.0;

@@ -13,6 +13,12 @@ namespace {
 constexpr size_t kGiB = size_t{1} << 30;
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Sampling with a filter that looks at the whole vocabulary: the filters Backend::sample_shard cannot apply.
+bool needs_whole_row(const SamplingParams& sp, int vocab) {
+  const bool filtered = (sp.top_k > 0 && sp.top_k < vocab) || sp.top_p < 1.0f || sp.min_p > 0.0f;
+  return sp.temperature > 0.0f && filtered;
+}
 }  // namespace
 
 ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_config, std::unique_ptr<Backend> backend,
@@ -45,15 +51,17 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
   meta_ = std::make_unique<StepMetadata>(*backend_, step_limits);
 
   const size_t R = max_logits_rows_, V = model_config.vocab_size, K = SamplingParams::kMaxLogprobs;
-  if (driver_) logits_buf_ = backend_->allocate(R * V * 4);
-  sampled_buf_ = backend_->allocate(R * 4);
-  rows_buf_ = backend_->allocate(R * 4);
-  targets_buf_ = backend_->allocate(R * 4);
-  target_lp_buf_ = backend_->allocate(R * 4);
-  top_ids_buf_ = backend_->allocate(R * K * 4);
-  top_lp_buf_ = backend_->allocate(R * K * 4);
-  ban_rows_buf_ = backend_->allocate(R * kBansPerRow * 4);
-  ban_tokens_buf_ = backend_->allocate(R * kBansPerRow * 4);
+  rows_buf_ = backend_->allocate(R * 4);  // every rank makes the lm_head calls
+  if (driver_) {                          // only the driver samples and scores
+    logits_buf_ = backend_->allocate(R * V * 4);
+    sampled_buf_ = backend_->allocate(R * 4);
+    targets_buf_ = backend_->allocate(R * 4);
+    target_lp_buf_ = backend_->allocate(R * 4);
+    top_ids_buf_ = backend_->allocate(R * K * 4);
+    top_lp_buf_ = backend_->allocate(R * K * 4);
+    ban_rows_buf_ = backend_->allocate(R * kBansPerRow * 4);
+    ban_tokens_buf_ = backend_->allocate(R * kBansPerRow * 4);
+  }
   if (comm_) {
     picks_buf_ = backend_->allocate(R * 4 * 4);
     if (driver_) gathered_picks_buf_ = backend_->allocate(static_cast<size_t>(comm_->size()) * R * 4 * 4);
@@ -245,8 +253,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
       meta_->min_p()[r] = sp.min_p;
       meta_->seed()[r] = static_cast<int64_t>(sp.seed.value_or(0));
       meta_->sample_step()[r] = end;  // index the sampled token will have
-      const bool filtered = (sp.top_k > 0 && sp.top_k < model_config_.vocab_size) || sp.top_p < 1.0f || sp.min_p > 0.0f;
-      if (sp.temperature > 0.0f && filtered) needs_whole_rows = true;
+      if (needs_whole_row(sp, model_config_.vocab_size)) needs_whole_rows = true;
       if (sp.logprobs) {
         want_sample_logprobs = true;
         want_k = std::max(want_k, *sp.logprobs);
@@ -270,12 +277,17 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   StepOutput out;
   if (num_samples > 0) {
     const Bans bans = early_stop_bans(batch);
-    if (comm_ && bucket == 0) model_->shard_logits(meta_->logits_rows_tensor(num_samples));
+    if (bucket == 0) {  // a replayed graph has computed them already
+      const Tensor rows = meta_->logits_rows_tensor(num_samples);
+      Tensor logits = logits_view(num_samples);
+      if (comm_) model_->shard_logits(rows);
+      else model_->logits(rows, logits);
+    }
     if (comm_ && !needs_whole_rows && !want_sample_logprobs && bans.rows.empty()) {
       out.sampled = sample_on_shards(num_samples);
       if (driver_) out.sampled_logprobs.resize(num_samples);
     } else {
-      sample_whole_rows(batch, bans, num_samples, bucket > 0, want_sample_logprobs, want_k, out);
+      sample_whole_rows(batch, bans, num_samples, want_sample_logprobs, want_k, out);
     }
   }
   if (!prompt_rows.empty()) {
@@ -290,11 +302,10 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   return out;
 }
 
-void ModelRunner::sample_whole_rows(const ScheduledBatch& batch, const Bans& bans, int n, bool replayed,
-                                    bool want_logprobs, int want_k, StepOutput& out) {
+void ModelRunner::sample_whole_rows(const ScheduledBatch& batch, const Bans& bans, int n, bool want_logprobs,
+                                    int want_k, StepOutput& out) {
   Tensor logits = logits_view(n);
   if (comm_) model_->gather_logits(n, logits);  // the chunks shard_logits() left on every rank
-  else if (!replayed) model_->logits(meta_->logits_rows_tensor(n), logits);
   if (driver_) {
     apply_bans(bans, logits);
     Tensor ids = sampled_buf_.view(DType::I32, {n});
@@ -335,19 +346,15 @@ std::vector<int32_t> ModelRunner::sample_on_shards(int n) {
   if (!driver_) return {};
   std::vector<float> all(static_cast<size_t>(P) * 4 * n);
   backend_->download(gathered.data, all.data(), all.size() * sizeof(float));
-  // Each row's largest key over the ranks, the lowest token on equal keys; INT32_MAX marks "none here".
   auto best = [&](int row, int key_part) {
-    float best_key = -std::numeric_limits<float>::infinity();
-    int32_t best_token = std::numeric_limits<int32_t>::max();
+    Backend::ShardPick pick;
     for (int p = 0; p < P; ++p) {
       const float* rank_picks = all.data() + static_cast<size_t>(p) * 4 * n;
-      const float k = rank_picks[key_part * n + row];
       int32_t t;
       std::memcpy(&t, &rank_picks[(key_part + 1) * n + row], sizeof t);
-      if (t == std::numeric_limits<int32_t>::max()) continue;
-      if (k > best_key || (k == best_key && t < best_token)) best_key = k, best_token = t;
+      Backend::merge_shard_pick(pick, rank_picks[key_part * n + row], t);
     }
-    return best_token;
+    return pick.token;
   };
   std::vector<int32_t> sampled(n);
   for (int row = 0; row < n; ++row) {

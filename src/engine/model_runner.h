@@ -93,10 +93,10 @@ class ModelRunner {
   Bans early_stop_bans(const ScheduledBatch& batch) const;
   // Sets the banned logits to -inf (driver only).
   void apply_bans(const Bans& bans, Tensor& logits);
-  // The logits of the n sampling rows as a whole (gathered to the driver under tensor parallelism; already
-  // in place after a replayed graph with one rank), bans applied, then sample() and the logprobs asked for.
-  void sample_whole_rows(const ScheduledBatch& batch, const Bans& bans, int n, bool replayed, bool want_logprobs,
-                         int want_k, StepOutput& out);
+  // The logits of the n sampling rows as a whole (one rank: in place already; tensor parallelism: gathered
+  // to the driver), bans applied, then sample() and the logprobs asked for.
+  void sample_whole_rows(const ScheduledBatch& batch, const Bans& bans, int n, bool want_logprobs, int want_k,
+                         StepOutput& out);
   // Tensor parallelism: every rank samples its vocabulary chunk of the last shard_logits() (n rows), and
   // only (key, token) pairs reach rank 0, which keeps each row's best. Returns the tokens on the driver.
   std::vector<int32_t> sample_on_shards(int n);

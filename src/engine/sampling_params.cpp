@@ -7,11 +7,11 @@
 
 namespace nanovllm {
 
-namespace {
-}
-
 void SamplingParams::validate() const {
-  const std::string in_range_text = "in [0, " + std::to_string(kMaxLogprobs) + "]";
+  const auto check_k = [](const char* name, const std::optional<int>& k) {
+    if (k && (*k < 0 || *k > kMaxLogprobs))
+      throw_invalid_setting(name, ("in [0, " + std::to_string(kMaxLogprobs) + "]").c_str(), *k);
+  };
   // Comparisons are written so that NaN fails them.
   if (!(std::isfinite(temperature) && temperature >= 0.0f)) {
     throw_invalid_setting("temperature", ">= 0 and finite", temperature);
@@ -24,10 +24,8 @@ void SamplingParams::validate() const {
   if (min_tokens > max_tokens) {
     throw_invalid_setting("min_tokens", ("<= max_tokens (" + std::to_string(max_tokens) + ")").c_str(), min_tokens);
   }
-  if (logprobs && (*logprobs < 0 || *logprobs > kMaxLogprobs)) throw_invalid_setting("logprobs", in_range_text.c_str(), *logprobs);
-  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs)) {
-    throw_invalid_setting("prompt_logprobs", in_range_text.c_str(), *prompt_logprobs);
-  }
+  check_k("logprobs", logprobs);
+  check_k("prompt_logprobs", prompt_logprobs);
   for (size_t i = 0; i < stop.size(); ++i) {
     if (stop[i].empty()) throw_invalid_setting(("stop[" + std::to_string(i) + "]").c_str(), "non-empty", stop[i]);
   }

@@ -330,23 +330,15 @@ ShardPicks sample_shard(CpuBackend& backend, const std::vector<float>& logits, i
   return {key.to_vector(), std::vector<int32_t>(token.i32(), token.i32() + r)};
 }
 
-// The merge backend.h prescribes: the largest key, the lowest token on equal keys, 0 when every shard has
-// nothing (token INT32_MAX).
-struct Merged {
-  float key;
-  int32_t token;
-};
+// The engine's merge (Backend::merge_shard_pick), token 0 when every shard has nothing (token INT32_MAX).
+using Merged = Backend::ShardPick;
 
 std::vector<Merged> merge_shards(const std::vector<ShardPicks>& shards, size_t rows) {
-  std::vector<Merged> merged(rows, {-std::numeric_limits<float>::infinity(), std::numeric_limits<int32_t>::max()});
-  for (const ShardPicks& s : shards) {
-    for (size_t r = 0; r < rows; ++r) {
-      if (s.key[r] > merged[r].key || (s.key[r] == merged[r].key && s.token[r] < merged[r].token))
-        merged[r] = {s.key[r], s.token[r]};
-    }
+  std::vector<Merged> merged(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    for (const ShardPicks& s : shards) Backend::merge_shard_pick(merged[r], s.key[r], s.token[r]);
+    if (merged[r].token == std::numeric_limits<int32_t>::max()) merged[r].token = 0;
   }
-  for (Merged& m : merged)
-    if (m.token == std::numeric_limits<int32_t>::max()) m.token = 0;
   return merged;
 }
 
