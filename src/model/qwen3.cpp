@@ -32,7 +32,8 @@ Qwen3Model::Part Qwen3Model::column_block(std::string name, std::vector<int64_t>
   return p;
 }
 
-Tensor Qwen3Model::load(WeightSource& weights, const std::vector<Part>& parts, std::initializer_list<int64_t> shape) {
+Tensor Qwen3Model::load(WeightSource& weights, const std::vector<Part>& parts, std::initializer_list<int64_t> shape,
+                        Padding padding) {
   Tensor t = allocate(backend_.compute_dtype(), shape);
   const size_t elem = dtype_size(t.dtype);
   size_t offset = 0;
@@ -45,6 +46,9 @@ Tensor Qwen3Model::load(WeightSource& weights, const std::vector<Part>& parts, s
     offset += static_cast<size_t>(n) * elem;
   }
   if (offset < t.bytes()) {
+    if (padding != Padding::kZeroRows)
+      throw EngineError("Qwen3Model: the parts of '" + parts.front().name + "' fill " + std::to_string(offset) +
+                        " of its " + std::to_string(t.bytes()) + " bytes");
     const std::vector<char> zeros(t.bytes() - offset, 0);
     backend_.upload(zeros.data(), static_cast<char*>(t.data) + offset, zeros.size());
   }
@@ -87,7 +91,7 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
   const int64_t qkv_local = q_local + 2 * kv_local, Vc = shard.vocab_chunk;
 
   embed_tokens_ = load(weights, {row_block("model.embed_tokens.weight", {V, H}, shard.vocab_start, shard.vocab_rows)},
-                       {Vc, H});
+                       {Vc, H}, Padding::kZeroRows);
   layers_.resize(config.num_hidden_layers);
   for (int i = 0; i < config.num_hidden_layers; ++i) {
     Layer& L = layers_[i];
@@ -123,7 +127,8 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
   final_norm_ = load(weights, {whole("model.norm.weight", {H})}, {H});
   lm_head_ = config.tie_word_embeddings
                  ? embed_tokens_
-                 : load(weights, {row_block("lm_head.weight", {V, H}, shard.vocab_start, shard.vocab_rows)}, {Vc, H});
+                 : load(weights, {row_block("lm_head.weight", {V, H}, shard.vocab_start, shard.vocab_rows)}, {Vc, H},
+                        Padding::kZeroRows);
   build_rope_table(max_model_len);
 
   const DType act = backend.compute_dtype();
@@ -197,15 +202,14 @@ void Qwen3Model::logits(const Tensor& rows, Tensor& out) {
   gather_logits(rows.dim(0), out);
 }
 
-Tensor Qwen3Model::shard_logits(const Tensor& rows) {
+void Qwen3Model::shard_logits(const Tensor& rows) {
   if (!comm_) throw EngineError("Qwen3Model::shard_logits: the model is not sharded");
-  Tensor local = local_logits_.rows(0, rows.dim(0));
+  Tensor local = last_shard_logits(rows.dim(0));
   backend_.linear(last_hidden_rows(rows), lm_head_, Tensor{}, local);
-  return local;
 }
 
 void Qwen3Model::gather_logits(int64_t n, Tensor& out) {
-  Tensor local = local_logits_.rows(0, n);
+  const Tensor local = last_shard_logits(n);
   Tensor parts;
   if (shard_.rank == 0) parts = Tensor(gathered_logits_.data, DType::F32, {shard_.size, n, shard_.vocab_chunk});
   comm_->gather_to_first(local, parts);

@@ -38,15 +38,15 @@ class Qwen3Model {
   // Every rank calls it; only rank 0 receives `out` (other ranks may pass an empty tensor).
   void logits(const Tensor& rows, Tensor& out);
   // Tensor parallelism, logits() in two halves: this rank's vocabulary chunk of the rows' logits, F32 [R,
-  // vocab_chunk] (columns past shard().vocab_rows are padding), then that chunk gathered to rank 0 into `out`
-  // (every rank calls it). Between the two a caller may sample on the chunks instead (Backend::sample_shard).
-  Tensor shard_logits(const Tensor& rows);
+  // vocab_chunk] (columns past the shard's vocab_rows are padding), then that chunk gathered to rank 0 into
+  // `out` (every rank calls it). Between the two a caller may sample on the chunks instead
+  // (Backend::sample_shard, on last_shard_logits()).
+  void shard_logits(const Tensor& rows);
   void gather_logits(int64_t n, Tensor& out);
   // The chunk the last shard_logits() computed (e.g. inside a replayed CUDA graph), first n rows.
   Tensor last_shard_logits(int64_t n) const { return local_logits_.rows(0, n); }
 
   const ModelConfig& config() const { return config_; }
-  const ShardLayout& shard() const { return shard_; }
   size_t weight_bytes() const { return weight_bytes_; }  // of this rank
 
  private:
@@ -69,9 +69,12 @@ class Qwen3Model {
   static Part column_block(std::string name, std::vector<int64_t> shape, int64_t begin, int64_t count);
 
   Tensor allocate(DType dtype, std::initializer_list<int64_t> shape);
-  // Uploads the parts one after another into a fresh tensor of `shape` (fusion by concatenating rows); rows
-  // the parts leave over are zeroed (the padding of the last vocabulary chunk).
-  Tensor load(WeightSource& weights, const std::vector<Part>& parts, std::initializer_list<int64_t> shape);
+  // Uploads the parts one after another into a fresh tensor of `shape` (fusion by concatenating rows). The
+  // parts must fill it, except with kZeroRows, where the rows they leave over are zeroed (the padding of the
+  // last vocabulary chunk).
+  enum class Padding { kNone, kZeroRows };
+  Tensor load(WeightSource& weights, const std::vector<Part>& parts, std::initializer_list<int64_t> shape,
+              Padding padding = Padding::kNone);
   void build_rope_table(int max_model_len);
   // The last forward's final hidden states of `rows`, in last_hidden_.
   Tensor last_hidden_rows(const Tensor& rows);

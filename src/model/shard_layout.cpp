@@ -21,21 +21,19 @@ ShardLayout ShardLayout::of(const ModelConfig& config, int rank, int size) {
                       " ranks");
   require_divides(size, config.num_attention_heads, "num_attention_heads");
   require_divides(size, config.intermediate_size, "intermediate_size");
-  const int nkv = config.num_key_value_heads;
-  if (nkv >= size) {
-    require_divides(size, nkv, "num_key_value_heads");
-  } else if (size % nkv != 0) {
-    throw InvalidInput("tensor_parallel_size " + std::to_string(size) + " is not a multiple of the model's " +
-                       "num_key_value_heads (" + std::to_string(nkv) + "), so KV heads cannot be replicated evenly");
-  }
   ShardLayout s;
   s.rank = rank;
   s.size = size;
   s.num_heads = config.num_attention_heads / size;
+  const int nkv = config.num_key_value_heads;
   if (nkv >= size) {
+    require_divides(size, nkv, "num_key_value_heads");
     s.num_kv_heads = nkv / size;
     s.kv_head_start = rank * s.num_kv_heads;
   } else {
+    if (size % nkv != 0)
+      throw InvalidInput("tensor_parallel_size " + std::to_string(size) + " is not a multiple of the model's " +
+                         "num_key_value_heads (" + std::to_string(nkv) + "), so KV heads cannot be replicated evenly");
     // size / nkv ranks share each KV head; rank r's query heads all belong to KV head r / (size / nkv).
     s.num_kv_heads = 1;
     s.kv_head_start = rank / (size / nkv);

@@ -30,7 +30,9 @@ run_step() {  # name, log file, command...
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
 
-mapfile -t binaries < <(find "$BUILD_DIR/tests/cuda" -type f -name 'test_*' -perm -u+x 2>/dev/null | sort)
+# Not tests/cuda/parallel: those need several GPUs and the golden checkpoints (tools/device/gpu_suite.sh step 6).
+mapfile -t binaries < <(find "$BUILD_DIR/tests/cuda" -path '*/parallel' -prune -o -type f -name 'test_*' -perm -u+x \
+                        -print 2>/dev/null | sort)
 if [ "${#binaries[@]}" -eq 0 ]; then
   echo "no test binaries under $BUILD_DIR/tests/cuda" >&2
   exit 2

@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 #include "model/hf_config.h"
-#include "expect_invalid.h"
+#include "support/expect_invalid.h"
 #include "temp_dir.h"
 
 namespace nanovllm {

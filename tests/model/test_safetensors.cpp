@@ -10,7 +10,7 @@
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "model/weight_source.h"
-#include "expect_invalid.h"
+#include "support/expect_invalid.h"
 #include "temp_dir.h"
 
 namespace nanovllm {

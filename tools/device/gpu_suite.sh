@@ -68,12 +68,14 @@ if [[ " $STEPS " == *" 5 "* ]]; then
 fi
 if [[ " $STEPS " == *" 6 "* ]]; then
   gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
-  step tp_ops 60 "$C/build/tests/cuda/ops/test_cuda_ops" --gtest_filter='*Embedding*:*Concat*'
+  # The sharded ops, unless step 3 ran every op test already.
+  [[ " $STEPS " == *" 3 "* ]] || step tp_ops 60 "$C/build/tests/cuda/ops/test_cuda_ops" --gtest_filter='*Embedding*:*Concat*'
   NANOVLLM_GOLDEN_DIR=/tmp/golden NANOVLLM_FIXTURE_DIR="$PWD/tests/fixtures/golden" \
   NANOVLLM_QWEN3_8B_CONFIG="$C/Qwen3-8B.config.json" \
     step tp_tests 300 "$C/build/tests/cuda/parallel/test_cuda_tensor_parallel"
   nv="$C/bin/nanovllm"
-  step bench_0_6b_tp1 120 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --workload "$C/workload.json" --no-progress
+  [[ " $STEPS " == *" 5 "* ]] || step bench_0_6b_tp1 120 "$nv" bench --model "$C/Qwen3-0.6B.config.json" \
+    --workload "$C/workload.json" --no-progress  # step 5's bench_throughput otherwise
   for tp in 1 2 4; do
     (( tp <= gpus )) || continue
     step "bench_8b_tp$tp" 200 "$nv" bench --model "$C/Qwen3-8B.config.json" --workload "$C/workload.json" \

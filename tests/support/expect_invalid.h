@@ -1,5 +1,5 @@
 #pragma once
-// The error contract of the loaders: bad input is an InvalidInput whose message names the problem.
+// The error contract: bad input is an InvalidInput whose message names the problem (shared by the tests).
 #include <gtest/gtest.h>
 
 #include <initializer_list>
