@@ -215,6 +215,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   int t = 0, max_q = 0, max_k = 0, num_samples = 0, want_k = 0;
   bool want_sample_logprobs = false;
   bool needs_whole_rows = false;  // a sampling filter that looks at the whole vocabulary (top_k, top_p, min_p)
+  bool raw_argmax_fallback = false;  // a row whose logit / T may overflow (see sample_on_shards)
   std::vector<int32_t> prompt_rows, prompt_targets;
   std::vector<std::pair<int, int>> prompt_where;  // (item, scored position)
   meta_->begin_fill();
@@ -254,6 +255,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
       meta_->seed()[r] = static_cast<int64_t>(sp.seed.value_or(0));
       meta_->sample_step()[r] = end;  // index the sampled token will have
       if (needs_whole_row(sp, model_config_.vocab_size)) needs_whole_rows = true;
+      if (sp.temperature > 0.0f && sp.temperature < 1.0f) raw_argmax_fallback = true;
       if (sp.logprobs) {
         want_sample_logprobs = true;
         want_k = std::max(want_k, *sp.logprobs);
@@ -284,7 +286,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
       else model_->logits(rows, logits);
     }
     if (comm_ && !needs_whole_rows && !want_sample_logprobs && bans.rows.empty()) {
-      out.sampled = sample_on_shards(num_samples);
+      out.sampled = sample_on_shards(num_samples, raw_argmax_fallback);
       if (driver_) out.sampled_logprobs.resize(num_samples);
     } else {
       sample_whole_rows(batch, bans, num_samples, want_sample_logprobs, want_k, out);
@@ -326,30 +328,34 @@ void ModelRunner::sample_whole_rows(const ScheduledBatch& batch, const Bans& ban
   }
 }
 
-std::vector<int32_t> ModelRunner::sample_on_shards(int n) {
+std::vector<int32_t> ModelRunner::sample_on_shards(int n, bool raw_argmax_fallback) {
   const Tensor local = model_->last_shard_logits(n);
   const SamplerInputs in = meta_->sampler_inputs(n);
-  SamplerInputs greedy = in;
-  greedy.temperature = zero_temperature_buf_.view(DType::F32, {n});
-  // [4, n]: sampled key, sampled token, greedy key, greedy token (tokens are I32 bits in the F32 rows).
+  // [parts, n]: sampled key, sampled token, then (with the fallback) greedy key, greedy token; tokens are I32
+  // bits in the F32 rows.
+  const int parts = raw_argmax_fallback ? 4 : 2;
   char* base = static_cast<char*>(picks_buf_.data());
   auto part = [&](int i, DType dtype) { return Tensor(base + static_cast<size_t>(i) * n * 4, dtype, {n}); };
-  Tensor key = part(0, DType::F32), token = part(1, DType::I32), greedy_key = part(2, DType::F32),
-         greedy_token = part(3, DType::I32);
+  Tensor key = part(0, DType::F32), token = part(1, DType::I32);
   backend_->sample_shard(local, shard_.vocab_start, shard_.vocab_rows, in, key, token);
-  // sample() falls back to the raw-logit argmax for a row where no token has probability; so does the merge.
-  backend_->sample_shard(local, shard_.vocab_start, shard_.vocab_rows, greedy, greedy_key, greedy_token);
+  if (raw_argmax_fallback) {
+    SamplerInputs greedy = in;
+    greedy.temperature = zero_temperature_buf_.view(DType::F32, {n});
+    Tensor greedy_key = part(2, DType::F32), greedy_token = part(3, DType::I32);
+    backend_->sample_shard(local, shard_.vocab_start, shard_.vocab_rows, greedy, greedy_key, greedy_token);
+  }
   const int P = comm_->size();
-  Tensor picks(base, DType::F32, {4 * static_cast<int64_t>(n)}), gathered;
-  if (driver_) gathered = Tensor(gathered_picks_buf_.data(), DType::F32, {P, 4 * static_cast<int64_t>(n)});
+  const int64_t width = static_cast<int64_t>(parts) * n;
+  Tensor picks(base, DType::F32, {width}), gathered;
+  if (driver_) gathered = Tensor(gathered_picks_buf_.data(), DType::F32, {P, width});
   comm_->gather_to_first(picks, gathered);
   if (!driver_) return {};
-  std::vector<float> all(static_cast<size_t>(P) * 4 * n);
+  std::vector<float> all(static_cast<size_t>(P) * width);
   backend_->download(gathered.data, all.data(), all.size() * sizeof(float));
   auto best = [&](int row, int key_part) {
     Backend::ShardPick pick;
     for (int p = 0; p < P; ++p) {
-      const float* rank_picks = all.data() + static_cast<size_t>(p) * 4 * n;
+      const float* rank_picks = all.data() + static_cast<size_t>(p) * width;
       int32_t t;
       std::memcpy(&t, &rank_picks[(key_part + 1) * n + row], sizeof t);
       Backend::merge_shard_pick(pick, rank_picks[key_part * n + row], t);
@@ -359,7 +365,7 @@ std::vector<int32_t> ModelRunner::sample_on_shards(int n) {
   std::vector<int32_t> sampled(n);
   for (int row = 0; row < n; ++row) {
     int32_t t = best(row, 0);
-    if (t == std::numeric_limits<int32_t>::max()) t = best(row, 2);
+    if (t == std::numeric_limits<int32_t>::max() && raw_argmax_fallback) t = best(row, 2);
     sampled[row] = t == std::numeric_limits<int32_t>::max() ? 0 : t;
   }
   return sampled;

@@ -99,7 +99,11 @@ class ModelRunner {
                          StepOutput& out);
   // Tensor parallelism: every rank samples its vocabulary chunk of the last shard_logits() (n rows), and
   // only (key, token) pairs reach rank 0, which keeps each row's best. Returns the tokens on the driver.
-  std::vector<int32_t> sample_on_shards(int n);
+  // sample() takes the raw-logit argmax of a row where no token has probability. Only with 0 < T < 1 can
+  // that differ from the merge's own fallback (token 0, for a row of -inf / NaN logits): a finite logit whose
+  // logit / T overflows. Then (raw_argmax_fallback, decided from the batch, so alike on every rank) a second
+  // pass at temperature 0 sends each shard's raw argmax too.
+  std::vector<int32_t> sample_on_shards(int n, bool raw_argmax_fallback);
   void keep_requested_logprobs(const ScheduledBatch& batch, std::vector<PositionLogprobs>& sampled) const;
   std::unique_ptr<DecodeGraphs> graphs_;
 };

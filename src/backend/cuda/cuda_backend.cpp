@@ -399,12 +399,12 @@ void CudaBackend::set_logits(Tensor& logits, const Tensor& rows, const Tensor& t
                           static_cast<int>(rows.numel()), value, stream_);
 }
 
-// What sample() and sample_shard() check and fill alike: logits F32 [R, C], token ids I32 [R], and the
-// inputs of the noise (temperature, seed, step) for at least R rows.
+// What sample() and sample_shard() check and fill alike: logits F32 [R, C], token ids I32 [R] (named
+// token_name in errors), and the inputs of the noise (temperature, seed, step) for at least R rows.
 cuda::SamplerArgs CudaBackend::sampler_args(const char* op, const Tensor& logits, const SamplerInputs& in,
-                                            Tensor& token_ids) {
+                                            Tensor& token_ids, const char* token_name) {
   require_dtype(logits, DType::F32, op, "logits");
-  require_dtype(token_ids, DType::I32, op, "token ids");
+  require_dtype(token_ids, DType::I32, op, token_name);
   require_dtype(in.temperature, DType::F32, op, "temperature");
   require_dtype(in.seed, DType::I64, op, "seed");
   require_dtype(in.step, DType::I32, op, "step");
@@ -412,7 +412,7 @@ cuda::SamplerArgs CudaBackend::sampler_args(const char* op, const Tensor& logits
   const int64_t rows = logits.dim(0);
   require(token_ids.numel() == rows && in.temperature.numel() >= rows && in.seed.numel() >= rows &&
               in.step.numel() >= rows,
-          op, "logits " + logits.shape_string() + ", token ids " + token_ids.shape_string() +
+          op, "logits " + logits.shape_string() + ", " + token_name + " " + token_ids.shape_string() +
                   " and the sampler inputs disagree on the row count");
   require(reserved_, op, "reserve() must be called first (it sizes the sampler workspace)");
   cuda::SamplerArgs args;
@@ -429,7 +429,7 @@ cuda::SamplerArgs CudaBackend::sampler_args(const char* op, const Tensor& logits
 void CudaBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) {
   make_current();
   const char* op = "sample";
-  cuda::SamplerArgs args = sampler_args(op, logits, in, token_ids);
+  cuda::SamplerArgs args = sampler_args(op, logits, in, token_ids, "token_ids");
   require_dtype(in.top_k, DType::I32, op, "top_k");
   require_dtype(in.top_p, DType::F32, op, "top_p");
   require_dtype(in.min_p, DType::F32, op, "min_p");
@@ -447,7 +447,7 @@ void CudaBackend::sample_shard(const Tensor& logits, int64_t vocab_start, int64_
                                Tensor& best_key, Tensor& best_token) {
   make_current();
   const char* op = "sample_shard";
-  cuda::SamplerArgs args = sampler_args(op, logits, in, best_token);
+  cuda::SamplerArgs args = sampler_args(op, logits, in, best_token, "best_token");
   require_dtype(best_key, DType::F32, op, "best_key");
   const int64_t cols = logits.dim(1);
   require(valid >= 0 && valid <= cols, op,

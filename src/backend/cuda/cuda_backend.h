@@ -71,7 +71,7 @@ class CudaBackend final : public Backend {
     size_t total_bytes;
   };
   MemoryInfo memory_info() const;
-  size_t bytes_allocated() const;  // live bytes from allocate() on this device
+  size_t bytes_allocated() const;  // live bytes from allocate() of this backend
   // Asynchronous copy on the stream; the host side must be pinned and stay alive until synchronize().
   void download_async(const void* src, void* pinned_dst, size_t bytes);
   // Captures everything `enqueue` puts on the stream (no synchronising calls inside) and instantiates it.
@@ -82,7 +82,8 @@ class CudaBackend final : public Backend {
   double measure_read_bandwidth_gbs(size_t bytes);
 
  private:
-  cuda::SamplerArgs sampler_args(const char* op, const Tensor& logits, const SamplerInputs& in, Tensor& token_ids);
+  cuda::SamplerArgs sampler_args(const char* op, const Tensor& logits, const SamplerInputs& in, Tensor& token_ids,
+                                 const char* token_name);
   void make_current() const;
 
   int device_ = 0;

@@ -679,11 +679,14 @@ bool launch_cluster_sample(const SamplerArgs& args, const ClusterPlan& plan, cud
   return true;
 }
 
+// The Backend op a launch serves, for its errors.
+const char* op_name(const SamplerArgs& args) { return args.best_key != nullptr ? "sample_shard" : "sample"; }
+
 void launch_chunked_sample(const SamplerArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (sampler_workspace_bytes(args.rows, args.vocab) > workspace_bytes) {
-    throw EngineError("sample: " + std::to_string(args.rows) + " rows of " + std::to_string(args.vocab) +
-                      " logits exceed the sampler workspace reserved (" + std::to_string(workspace_bytes) +
-                      " bytes); raise BackendLimits");
+    throw EngineError(std::string(op_name(args)) + ": " + std::to_string(args.rows) + " rows of " +
+                      std::to_string(args.vocab) + " logits exceed the sampler workspace reserved (" +
+                      std::to_string(workspace_bytes) + " bytes); raise BackendLimits");
   }
   const int chunks = chunks_for(args.vocab);
   const FastWorkspace ws = carve(workspace, args.rows, args.vocab);
@@ -714,12 +717,13 @@ void launch_sample_via(const SamplerArgs& args, void* workspace, size_t workspac
                         device_has_cluster_launch());
   if (cluster) {
     if (plan.blocks == 0) {
-      throw EngineError("sample: vocab " + std::to_string(args.vocab) + " exceeds the cluster path's " +
-                        std::to_string(kMaxClusterBlocks * kClusterSliceCapacity) + " logits");
+      throw EngineError(std::string(op_name(args)) + ": vocab " + std::to_string(args.vocab) +
+                        " exceeds the cluster path's " + std::to_string(kMaxClusterBlocks * kClusterSliceCapacity) + " logits");
     }
   }
   if (!cluster || !launch_cluster_sample(args, plan, stream)) {
-    if (path == PlainSamplerPath::kCluster) throw EngineError("sample: the device refused the cluster launch");
+    if (path == PlainSamplerPath::kCluster)
+      throw EngineError(std::string(op_name(args)) + ": the device refused the cluster launch");
     launch_chunked_sample(args, workspace, workspace_bytes, stream);
   }
   if (args.best_key != nullptr) return;  // shard mode: no row takes the filtered path

@@ -28,7 +28,6 @@ inline BackendLimits qwen3_0_6b_bench_limits(int vocab_size = 151936) {
 }
 
 // Times kCallsPerGraph calls captured into one CUDA graph, replayed 15 times; the median per call.
-
 // call(i) enqueues the i-th call (i may select a rotated input). Returns microseconds per call.
 inline double graph_time_us(CudaBackend& gpu, const std::function<void(int)>& call) {
   call(0);  // eager first: lazy initialisation must not happen inside the capture
