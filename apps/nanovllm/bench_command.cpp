@@ -64,6 +64,7 @@ struct RunTimes {
   int prefill_steps = 0, decode_steps = 0;
   long long prefill_tokens = 0, decode_tokens = 0;
   double prefill_s = 0, decode_s = 0;
+  double decode_host_s = 0;  // of decode_s, host work with the device idle (before launch, after the run)
 };
 
 // Runs every request to the end.
@@ -82,6 +83,7 @@ RunTimes run_all(LLMEngine& engine, const std::vector<std::vector<int32_t>>& pro
       if (t.decode_steps == 0) t.first_token = seconds_since(start);  // a prompt's last chunk samples its first token
     } else {
       ++t.decode_steps, t.decode_tokens += s.num_tokens, t.decode_s += s.seconds;
+      t.decode_host_s += s.host_before_launch + s.host_after_run;
     }
   }
   t.total = seconds_since(start);
@@ -168,10 +170,10 @@ int run_bench(const BenchArgs& a) {
               w.prompts.size(), total_tokens, total, total_tokens / total,
               static_cast<long long>(engine.num_preemptions()));
   std::printf("  prefill: %d steps, %lld tokens, %.2f s (%.0f tok/s); decode: %d steps, %lld tokens, %.2f s "
-              "(%.2f ms/step); other %.2f s\n",
+              "(%.2f ms/step, %.3f ms of it host work before launch and after the run); other %.2f s\n",
               t.prefill_steps, t.prefill_tokens, t.prefill_s, t.prefill_tokens / std::max(t.prefill_s, 1e-9),
               t.decode_steps, t.decode_tokens, t.decode_s, 1e3 * t.decode_s / std::max(t.decode_steps, 1),
-              total - t.prefill_s - t.decode_s);
+              1e3 * t.decode_host_s / std::max(t.decode_steps, 1), total - t.prefill_s - t.decode_s);
   if (auto gbs = measure_read_bandwidth_gbs(engine.runner_backend())) {
     // Tensor-parallel ranks read their shards at once: the floor divides by the number of GPUs.
     const int gpus = config.tensor_parallel_size;

@@ -121,8 +121,10 @@ bool LLMEngine::is_finished() const { return scheduler_->is_finished() && !sched
 std::vector<RequestOutput> LLMEngine::step() {
   const auto start = std::chrono::steady_clock::now();
   ScheduledBatch batch = scheduler_->schedule();
+  auto ran = start;  // when the model's run returned
   if (!batch.empty()) {
     StepOutput out = executor_->run(batch);
+    ran = std::chrono::steady_clock::now();
     for (const auto& p : out.prompt_logprobs) {
       Request& req = *requests_.at(batch.items[p.item].seq->seq_id);
       (*req.output.prompt_logprobs)[p.position] = p.entry;
@@ -156,6 +158,7 @@ std::vector<RequestOutput> LLMEngine::step() {
         else item.seq->finish_reason = FinishReason::Stop;
       }
     }
+    last_step_.host_before_launch = std::chrono::duration<double>(out.launched - start).count();
     last_step_.is_prefill = batch.is_prefill;
     last_step_.num_tokens = batch.is_prefill ? batch.num_tokens : static_cast<int>(batch.items.size());
   } else {
@@ -166,7 +169,9 @@ std::vector<RequestOutput> LLMEngine::step() {
     finished.push_back(finish_output(*seq));
     scheduler_->release(seq->seq_id);
   }
-  last_step_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto end = std::chrono::steady_clock::now();
+  last_step_.seconds = std::chrono::duration<double>(end - start).count();
+  if (!batch.empty()) last_step_.host_after_run = std::chrono::duration<double>(end - ran).count();
   return finished;
 }
 

@@ -264,19 +264,21 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   }
   const bool decode_only = max_q == 1;
   const int bucket = decode_only && graphs_ ? graphs_->bucket_for(num_seqs) : 0;
+  StepOutput out;
   if (bucket > 0) {
     // Every decode sequence samples, so logits rows are 0..num_seqs-1 already; pad up to the bucket.
     pad_decode_rows(num_seqs, bucket);
     meta_->upload(bucket);
+    out.launched = std::chrono::steady_clock::now();
     graphs_->replay(bucket);
   } else {
     meta_->upload(num_seqs);
+    out.launched = std::chrono::steady_clock::now();
     model_->forward(step_tensors(t, num_seqs, max_q, max_k, decode_only), kv_cache_);
   }
 
   // Every rank makes the same lm_head calls and collectives (the choice below is a function of the batch
   // alone); only the driver samples from whole rows and scores.
-  StepOutput out;
   if (num_samples > 0) {
     const Bans bans = early_stop_bans(batch);
     if (bucket == 0) {  // a replayed graph has computed them already

@@ -3,6 +3,7 @@
 // token of every sequence that finished its prompt chunk, and computes the logprobs requests asked for.
 // Under tensor parallelism there is one runner per rank, all running the same steps at once; each computes
 // its shard, and only rank 0's (the driver's) logits, samples and logprobs exist.
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -29,6 +30,8 @@ struct StepOutput {
     PositionLogprobs entry;
   };
   std::vector<PromptEntry> prompt_logprobs;
+  // When the model's work was handed to the device (the bench's split of a step into host and device time).
+  std::chrono::steady_clock::time_point launched;
 };
 
 class ModelRunner {

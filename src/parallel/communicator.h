@@ -35,7 +35,7 @@ class Communicator {
   // Blocking: the smallest `value` over the ranks (e.g. the KV blocks every rank has room for).
   virtual int64_t min_over_ranks(int64_t value) = 0;
   // Throws when a collective of this rank is known to have failed without an error of its own (a wait
-  // that timed out); called after every step.
+  // that timed out, or one released by the group's abort); called after every step.
   virtual void check_health() {}
 
  protected:

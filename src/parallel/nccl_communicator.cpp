@@ -95,6 +95,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void check_health() override {
+    (void)group_.enter("check_health");  // throws once aborted: a released peer all-reduce left garbage
     if (peer_ && peer_->timed_out(rank_))
       throw EngineError("rank " + std::to_string(rank_) + ": a peer all-reduce timed out waiting for the other ranks");
   }
@@ -136,7 +137,12 @@ NcclCommunicatorGroup::NcclCommunicatorGroup(const std::vector<int>& devices, co
   std::vector<ncclComm_t> comms(n);
   check_nccl(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll", 0);
   const char* peer_setting = std::getenv("NANOVLLM_PEER_ALL_REDUCE");  // "0": NCCL only (for comparisons)
-  if (!(peer_setting && std::string(peer_setting) == "0")) peer_ = PeerAllReduce::create(devices);
+  try {
+    if (!(peer_setting && std::string(peer_setting) == "0")) peer_ = PeerAllReduce::create(devices);
+  } catch (...) {
+    for (ncclComm_t c : comms) ncclCommDestroy(c);
+    throw;
+  }
   for (int r = 0; r < n; ++r)
     ranks_.push_back(std::make_unique<NcclCommunicator>(*this, comms[r], peer_.get(), r, n, devices[r], streams[r]));
   watchdog_ = std::jthread([this](std::stop_token stop) { watch_async_errors(stop); });
@@ -177,6 +183,7 @@ std::shared_lock<std::shared_timed_mutex> NcclCommunicatorGroup::enter(const cha
 // does not within a second, abort anyway rather than hang.
 void NcclCommunicatorGroup::abort(const std::string& reason) {
   if (aborted_) return;
+  if (peer_) peer_->abort();  // its kernels wait on no lock: release them first
   std::unique_lock held(lock_, std::defer_lock);
   (void)held.try_lock_for(std::chrono::seconds(1));  // held or not, go on (see above)
   if (aborted_.exchange(true)) return;

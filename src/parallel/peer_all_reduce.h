@@ -2,14 +2,18 @@
 // A one-shot all-reduce for bf16 messages between the GPUs of this process, over peer-to-peer memory
 // (NVLink). Decode steps all-reduce a few KB to a few MB twice per layer, a cost that does not shrink with the
 // GPU count, so it is latency that matters here.
-// Each rank's kernel pushes its input into every peer's inbox (remote stores, which need no round trip),
-// raises a flag in every peer's memory behind them (release), waits for the peers' flags (acquire) and sums
-// its own input and the inboxes, all local reads, in rank order, so every rank holds bit-identical results.
-// Inboxes are double-buffered by call parity: a rank writes a peer's inbox half again only two calls later,
-// after that peer has arrived at the call in between, so it has finished reading it.
+// Each rank's kernel pushes its input into every peer's inbox (remote stores, which need no round trip) and
+// sums its own input and what the peers pushed into its inbox, all local reads, in rank order, so every rank
+// holds bit-identical results. There are no flags: an inbox starts out "empty" (every bf16 0xFFFF, a bit
+// pattern the senders never send), a reader polls each vector until it has arrived and empties it again
+// behind the read (the Lamport-style all-reduce TensorRT-LLM uses). That saves the fence and the flag's trip
+// a flag protocol pays per call. Inboxes are double-buffered by call parity: a rank writes a peer's inbox half
+// again only two calls later, after that peer's kernel of the call in between has pushed, so after its kernel
+// of this call (which emptied the half) has finished.
 // The fused variant also does the residual add and RMSNorm that follow a row-parallel layer.
 // Messages are taken while (ranks - 1) x bytes <= 8 MiB; larger ones (prefill) go to NCCL. A peer that never
-// arrives (it failed) releases the waiters after a timeout and marks the rank unhealthy instead of hanging.
+// arrives (it failed) releases the waiters after a timeout and marks the rank unhealthy instead of hanging;
+// abort() releases them at once.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,10 +27,9 @@ namespace nanovllm {
 class PeerAllReduce {
  public:
   static constexpr int kMaxRanks = 8;
-  // What a kernel needs of every rank (kernel argument): rank p's inbox and flags.
+  // What a kernel needs of every rank (kernel argument): rank p's inbox.
   struct Peers {
     void* inbox[kMaxRanks];
-    uint32_t* flags[kMaxRanks];
   };
 
   // Null when some pair of devices cannot access each other's memory.
@@ -47,20 +50,37 @@ class PeerAllReduce {
                                Tensor& out, cudaStream_t stream);
   // True once a wait on rank's side timed out (its step's result is garbage).
   bool timed_out(int rank) const;
+  // Releases every rank's waiting kernels now and from here on (their results are garbage): the group failed.
+  void abort();
 
  private:
   explicit PeerAllReduce(const std::vector<int>& devices);
 
+  struct DeviceFree {
+    int device;
+    void operator()(void* p) const;
+  };
+  struct HostFree {
+    void operator()(int* p) const;
+  };
+  struct StreamDestroy {
+    void operator()(cudaStream_t s) const;
+  };
+  using DeviceMemory = std::unique_ptr<void, DeviceFree>;
+  using HostFlag = std::unique_ptr<int, HostFree>;  // pinned, mapped
+  static HostFlag mapped_flag(int device, int value);
+
   struct Rank {
     int device = 0;
-    void* inbox = nullptr;          // [2 parities][ranks][slot bytes]: what each peer pushed here
-    uint32_t* flags = nullptr;      // [kBlocks][kMaxRanks]: epoch each peer reached
-    uint32_t* epochs = nullptr;     // [kBlocks]: calls so far, per block of this rank's kernel
-    int* timed_out_host = nullptr;  // mapped pinned memory
-    int* timed_out_device = nullptr;
+    DeviceMemory inbox{nullptr, DeviceFree{0}};  // [2 parities][ranks - 1][slot bytes]: what the peers pushed here
+    DeviceMemory calls{nullptr, DeviceFree{0}};  // uint32 [kBlocks]: calls so far, per block of this rank's kernel
+    DeviceMemory aborted{nullptr, DeviceFree{0}};  // int: set by abort(), polled by this rank's waiting kernels
+    HostFlag timed_out;                              // raised by a kernel whose wait timed out
+    std::unique_ptr<CUstream_st, StreamDestroy> abort_stream;  // abort()'s copy, beside the blocked stream
   };
   std::vector<Rank> ranks_;
-  Peers peers_{};          // ranks_' inboxes and flags, as the kernels take them
+  HostFlag one_;           // the value abort() copies
+  Peers peers_{};          // ranks_' inboxes, as the kernels take them
   size_t slot_bytes_ = 0;  // one peer's message
 };
 

@@ -8,7 +8,7 @@ C=.carry
 rm -rf "$C/bin" "$C/build" && mkdir -p "$C/bin" "$C/golden"
 for t in tests/cuda/ops/test_cuda_ops tests/cuda/ops/bench_cuda_ops tests/cuda/attention/test_cuda_attention \
          tests/cuda/attention/bench_attention tests/cuda/golden/test_cuda_golden tests/cuda/ops/bench_gemv \
-         tests/cuda/ops/bench_sampler tests/cuda/parallel/test_cuda_tensor_parallel; do
+         tests/cuda/ops/bench_sampler tests/cuda/ops/bench_gemm_algos tests/cuda/parallel/test_cuda_tensor_parallel; do
   mkdir -p "$C/build/$(dirname "$t")"
   strip -o "$C/build/$t" "$build/$t"
 done

@@ -332,9 +332,9 @@ TEST(NcclCommunicator, FusedAllReduceAddRmsNormEqualsTheUnfusedPath) {
 
 // Rank 1 throws before its all-reduce; the others have enqueued theirs and wait on their streams. They must be
 // released within seconds and the error reported must be rank 1's, on both paths: 1003 elements go through
-// NCCL (released by ncclCommAbort), 4096 through the peer one-shot kernel (released by its timeout, after
-// which every waiting rank's check_health() must throw: its sum is garbage). Each path gets a fresh group: a
-// failed group stays failed.
+// NCCL (released by ncclCommAbort), 4096 through the peer one-shot kernel (released by the group's abort,
+// well before the kernel's 5 s timeout, after which every waiting rank's check_health() must throw: its sum
+// is garbage). Each path gets a fresh group: a failed group stays failed.
 TEST(NcclCommunicator, AFailingRankReleasesRanksWaitingOnTheirStreams) {
   const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs";
@@ -367,9 +367,9 @@ TEST(NcclCommunicator, AFailingRankReleasesRanksWaitingOnTheirStreams) {
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("[nccl] %lld elements: failing rank reported after %.2f s\n", static_cast<long long>(n), seconds);
-    EXPECT_LT(seconds, 10.0) << "n " << n;
+    EXPECT_LT(seconds, peer_path ? 2.5 : 10.0) << "n " << n;
     for (int r = 0; peer_path && r < size; ++r)
-      if (r != 1) EXPECT_TRUE(unhealthy[r]) << "rank " << r << " timed out but check_health() did not say so";
+      if (r != 1) EXPECT_TRUE(unhealthy[r]) << "rank " << r << " was released but check_health() did not say so";
   }
 }
 
