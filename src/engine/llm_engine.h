@@ -29,6 +29,7 @@ struct StepStats {
   // Host work with the device idle (the engine is synchronous): before the model was launched (scheduling,
   // metadata) and after run() returned (postprocessing, detokenizing).
   double host_before_launch = 0.0, host_after_run = 0.0;
+  bool sampled_on_shards = false;  // tensor parallelism: tokens were sampled where the logits are
 };
 
 class LLMEngine {

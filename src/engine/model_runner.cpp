@@ -289,6 +289,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
     }
     if (comm_ && !needs_whole_rows && !want_sample_logprobs && bans.rows.empty()) {
       out.sampled = sample_on_shards(num_samples, raw_argmax_fallback);
+      out.sampled_on_shards = true;
       if (driver_) out.sampled_logprobs.resize(num_samples);
     } else {
       sample_whole_rows(batch, bans, num_samples, want_sample_logprobs, want_k, out);

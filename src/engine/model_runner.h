@@ -32,6 +32,8 @@ struct StepOutput {
   std::vector<PromptEntry> prompt_logprobs;
   // When the model's work was handed to the device (the bench's split of a step into host and device time).
   std::chrono::steady_clock::time_point launched;
+  // Tensor parallelism: the rows were sampled on the vocabulary shards (only picks reached rank 0).
+  bool sampled_on_shards = false;
 };
 
 class ModelRunner {

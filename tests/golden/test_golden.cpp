@@ -299,7 +299,7 @@ TEST_P(TensorParallelGoldenTest, MinTokensBanRecomputesLogprobsOnAllRanks) {
 // Without logprobs the ranks sample on their own vocabulary chunks and send rank 0 only (key, token) pairs:
 // the tokens must be the ones one rank draws from whole rows, for seeded temperature sampling (the noise is
 // keyed by the global token id) and greedy rows mixed in one batch. top_k needs whole rows: the same tokens
-// again, through the gathered logits.
+// again, through the gathered logits. Each step that samples must have taken the path it should.
 TEST_P(TensorParallelGoldenTest, SamplingOnVocabularyShardsDrawsWhatOneRankDraws) {
   std::vector<Prompt> prompts;
   std::vector<SamplingParams> params;
@@ -316,11 +316,21 @@ TEST_P(TensorParallelGoldenTest, SamplingOnVocabularyShardsDrawsWhatOneRankDraws
   for (int top_k : {-1, 7}) {
     for (SamplingParams& p : params) p.top_k = top_k;
     LLM one(cpu_config(model_, 16, 4096, 64));
-    LLM ranks(cpu_config(model_, 16, 4096, 64, -1, GetParam().size));
-    const auto want = one.generate(prompts, params), got = ranks.generate(prompts, params);
+    const auto want = one.generate(prompts, params);
+    LLMEngine ranks(cpu_config(model_, 16, 4096, 64, -1, GetParam().size));
+    std::map<int64_t, size_t> index_of;
+    for (size_t i = 0; i < prompts.size(); ++i) index_of[ranks.add_request(prompts[i], params[i])] = i;
+    std::vector<RequestOutput> got(prompts.size());
+    int steps = 0, on_shards = 0;
+    while (!ranks.is_finished()) {
+      for (RequestOutput& out : ranks.step()) got[index_of.at(out.request_id)] = std::move(out);
+      ++steps;
+      on_shards += ranks.last_step().sampled_on_shards;
+    }
+    // Every step here samples (one prefill step, then decode steps).
+    EXPECT_EQ(on_shards, top_k > 0 ? 0 : steps) << "of " << steps << " steps, top_k " << top_k;
     std::set<int32_t> distinct;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      ASSERT_TRUE(got[i].error.empty()) << got[i].error;
       EXPECT_EQ(got[i].token_ids, want[i].token_ids) << "prompt " << i << ", top_k " << top_k;
       distinct.insert(want[i].token_ids.begin(), want[i].token_ids.end());
     }
