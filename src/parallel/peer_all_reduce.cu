@@ -11,7 +11,10 @@ namespace nanovllm {
 
 namespace {
 
-constexpr int kBlocks = 128;  // fixed, so every block's call count advances on every call (see the class comment)
+// Fixed, so every block's call count advances on every call (see the class comment). Waiting blocks must all
+// be resident at once (block b waits for block b of the peers): 256 blocks of up to 512 threads fit on an
+// H100 / H200 (132 SMs, 2 such blocks each); with 1024 threads only the first kBlocks / 2 take rows.
+constexpr int kBlocks = 256;
 constexpr int kThreads = 256;
 // (ranks - 1) x message bytes this path takes: decode activations (up to 512 rows x 8192 x 2 B on 2 GPUs).
 // Larger messages (prefill) go to NCCL, which moves them at full NVLink bandwidth (32 MiB in 136 us on 2
@@ -150,13 +153,13 @@ __global__ void __launch_bounds__(kThreads) one_shot_all_reduce(Peers peers, uin
 }
 
 // The all-reduce that closes a row-parallel layer, fused with the residual add and RMSNorm after it. Block b
-// handles rows b, b + gridDim.x, ...; per row it does one_shot_all_reduce's arithmetic (fp32 sum in rank
+// < row_blocks handles rows b, b + row_blocks, ...; per row it does one_shot_all_reduce's arithmetic (fp32 sum in rank
 // order, rounded to bf16) and then norm.cu's add_rms_norm steps (rms_norm_row.cuh) with its block shape, so
 // the result is bit-identical to the two unfused kernels.
 template <int kVecs>
 __global__ void __launch_bounds__(1024) one_shot_all_reduce_add_rms_norm(
     Peers peers, uint4* own_inbox, int rank, int size, const __nv_bfloat16* x, __nv_bfloat16* residual,
-    const __nv_bfloat16* __restrict__ weight, float eps, __nv_bfloat16* out, int rows, int hidden,
+    const __nv_bfloat16* __restrict__ weight, float eps, __nv_bfloat16* out, int rows, int hidden, int row_blocks,
     int64_t slot_vectors, uint32_t* calls, int* timed_out, const int* aborted) {
   using namespace cuda;
   __shared__ float scratch[32];
@@ -164,13 +167,13 @@ __global__ void __launch_bounds__(1024) one_shot_all_reduce_add_rms_norm(
   const int64_t half = half_offset(next_call(calls), size, slot_vectors);
   const int nvec = hidden / 8;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
-  for (int row = blockIdx.x; row < rows; row += gridDim.x)
+  for (int row = blockIdx.x; row < rows; row += row_blocks)
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
       const int64_t i = static_cast<int64_t>(row) * nvec + v;
       push(peers, rank, size, half, slot_vectors, i, without_empty(xv[i]));
     }
   uint4* inbox = own_inbox + half;  // peers.inbox[rank], without indexing the parameter at run time
-  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+  for (int row = blockIdx.x; row < rows; row += row_blocks) {
     const int64_t base = static_cast<int64_t>(row) * hidden;
     const auto reduced = [&](int v, float(&f)[8]) {
       const int64_t i = static_cast<int64_t>(row) * nvec + v;
@@ -297,12 +300,15 @@ void PeerAllReduce::all_reduce_add_rms_norm(int rank, const Tensor& x, Tensor& r
   auto* calls = static_cast<uint32_t*>(r.calls.get());
   auto* inbox = static_cast<uint4*>(r.inbox.get());
   const auto* aborted = static_cast<const int*>(r.aborted.get());
+  const int row_blocks = threads <= 512 ? kBlocks : kBlocks / 2;
   if (cuda::rms_norm_vectors_per_thread(hidden) == 1) {
-    one_shot_all_reduce_add_rms_norm<1><<<kBlocks, threads, 0, stream>>>(
-        peers_, inbox, rank, size, xp, res, w, eps, o, rows, hidden, slot_vectors, calls, r.timed_out.get(), aborted);
+    one_shot_all_reduce_add_rms_norm<1><<<kBlocks, threads, 0, stream>>>(peers_, inbox, rank, size, xp, res, w, eps, o,
+                                                                          rows, hidden, row_blocks, slot_vectors, calls,
+                                                                          r.timed_out.get(), aborted);
   } else {
-    one_shot_all_reduce_add_rms_norm<2><<<kBlocks, threads, 0, stream>>>(
-        peers_, inbox, rank, size, xp, res, w, eps, o, rows, hidden, slot_vectors, calls, r.timed_out.get(), aborted);
+    one_shot_all_reduce_add_rms_norm<2><<<kBlocks, threads, 0, stream>>>(peers_, inbox, rank, size, xp, res, w, eps, o,
+                                                                          rows, hidden, row_blocks, slot_vectors, calls,
+                                                                          r.timed_out.get(), aborted);
   }
   check(cudaGetLastError(), "one_shot_all_reduce_add_rms_norm launch", r.device);
 }
