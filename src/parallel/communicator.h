@@ -4,7 +4,6 @@
 // rank's backend stream (NCCL on CUDA, so CUDA graphs capture them) or run at once (threads on the CPU).
 // Run each kind of collective once outside a capture before capturing it: NCCL connects peers on first use.
 #include <cstdint>
-#include <memory>
 #include <string>
 
 #include "common/error.h"
@@ -55,7 +54,7 @@ class CommunicatorGroup {
   virtual Communicator& rank(int r) = 0;
   // Callable from any thread, any number of times.
   virtual void abort(const std::string& reason) = 0;
-  // What carries the collectives, for the startup line ("NCCL 2.28.9, peer one-shot all-reduce").
+  // What carries the collectives, for the startup line ("NCCL 2.28.3, peer one-shot all-reduce for small messages").
   virtual std::string describe() const = 0;
 };
 

@@ -20,13 +20,13 @@ class HostCommunicator final : public Communicator {
     require_f32(x, "all_reduce_sum");
     const auto n = static_cast<size_t>(x.numel());
     group_.exchange(rank_, x.data);
-    std::vector<float> sum(n, 0.0f);
+    sum_.assign(n, 0.0f);  // kept between calls: no allocation per all-reduce
     for (int r = 0; r < size(); ++r) {
       const float* part = static_cast<const float*>(group_.slot(r));
-      for (size_t i = 0; i < n; ++i) sum[i] += part[i];
+      for (size_t i = 0; i < n; ++i) sum_[i] += part[i];
     }
     group_.wait_all();  // everyone has read every slot before anyone overwrites its own
-    std::memcpy(x.data, sum.data(), n * sizeof(float));
+    std::memcpy(x.data, sum_.data(), n * sizeof(float));
   }
 
   void gather_to_first(const Tensor& chunk, Tensor& gathered) override {
@@ -56,6 +56,7 @@ class HostCommunicator final : public Communicator {
 
   HostCommunicatorGroup& group_;
   int rank_;
+  std::vector<float> sum_;  // all_reduce_sum's result before it is copied back
 };
 
 }  // namespace

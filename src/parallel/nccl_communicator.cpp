@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -46,13 +47,14 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
     cudaFree(scratch_);
-    if (comm_) ncclCommDestroy(comm_);
+    if (ncclComm_t c = comm_.load()) ncclCommDestroy(c);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  ncclComm_t comm() const { return comm_; }
-  void forget_comm() { comm_ = nullptr; }  // after ncclCommAbort freed it
+  // Atomic: abort() may run while a rank thread is still inside an NCCL call (see abort()).
+  ncclComm_t comm() const { return comm_.load(); }
+  void forget_comm() { comm_.store(nullptr); }  // after ncclCommAbort freed it
 
   void all_reduce_sum(Tensor& x) override {
     auto held = group_.enter("all_reduce_sum");
@@ -119,7 +121,7 @@ class NcclCommunicator final : public Communicator {
 
  private:
   const NcclCommunicatorGroup& group_;
-  ncclComm_t comm_;
+  std::atomic<ncclComm_t> comm_;
   PeerAllReduce* peer_;
   int rank_, size_, device_;
   cudaStream_t stream_;
@@ -134,17 +136,22 @@ NcclCommunicatorGroup::NcclCommunicatorGroup(const std::vector<int>& devices, co
   setenv("NCCL_NVLS_ENABLE", "0", 0);
   const int n = static_cast<int>(devices.size());
   if (n < 1 || streams.size() != devices.size()) throw EngineError("NcclCommunicatorGroup: one stream per device");
-  std::vector<ncclComm_t> comms(n);
-  check_nccl(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll", 0);
   const char* peer_setting = std::getenv("NANOVLLM_PEER_ALL_REDUCE");  // "0": NCCL only (for comparisons)
-  try {
-    if (!(peer_setting && std::string(peer_setting) == "0")) peer_ = PeerAllReduce::create(devices);
-  } catch (...) {
-    for (ncclComm_t c : comms) ncclCommDestroy(c);
-    throw;
+  if (!(peer_setting && std::string(peer_setting) == "0")) peer_ = PeerAllReduce::create(devices);  // owns itself
+  std::vector<ncclComm_t> comms(n);
+  const ncclResult_t init = ncclCommInitAll(comms.data(), n, devices.data());
+  if (init != ncclSuccess)
+    throw EngineError(std::string("NCCL ncclCommInitAll over ") + std::to_string(n) + " GPUs failed: " +
+                      ncclGetErrorString(init) + " (" + ncclGetLastError(nullptr) + ")");
+  // From here each communicator is owned by its rank object; one that could not be built frees its own.
+  for (int r = 0; r < n; ++r) {
+    try {
+      ranks_.push_back(std::make_unique<NcclCommunicator>(*this, comms[r], peer_.get(), r, n, devices[r], streams[r]));
+    } catch (...) {
+      for (int rest = r; rest < n; ++rest) ncclCommDestroy(comms[rest]);
+      throw;
+    }
   }
-  for (int r = 0; r < n; ++r)
-    ranks_.push_back(std::make_unique<NcclCommunicator>(*this, comms[r], peer_.get(), r, n, devices[r], streams[r]));
   watchdog_ = std::jthread([this](std::stop_token stop) { watch_async_errors(stop); });
 }
 
@@ -181,16 +188,18 @@ std::shared_lock<std::shared_timed_mutex> NcclCommunicatorGroup::enter(const cha
 // ncclCommAbort makes NCCL kernels that wait for a peer return, so ranks blocked on their stream get free.
 // NCCL calls only enqueue (they do not wait for peers on the host), so the exclusive lock comes quickly; if it
 // does not within a second, abort anyway rather than hang.
+// The group is marked aborted before anything is released, so a rank whose wait ends because of the abort
+// finds it so in check_health().
 void NcclCommunicatorGroup::abort(const std::string& reason) {
-  if (aborted_) return;
+  {
+    std::lock_guard guard(reason_mutex_);
+    if (aborted_) return;
+    abort_reason_ = reason;
+    aborted_ = true;
+  }
   if (peer_) peer_->abort();  // its kernels wait on no lock: release them first
   std::unique_lock held(lock_, std::defer_lock);
   (void)held.try_lock_for(std::chrono::seconds(1));  // held or not, go on (see above)
-  if (aborted_.exchange(true)) return;
-  {
-    std::lock_guard guard(reason_mutex_);
-    abort_reason_ = reason;
-  }
   for (auto& rank : ranks_) {
     auto& comm = static_cast<NcclCommunicator&>(*rank);
     if (comm.comm()) ncclCommAbort(comm.comm());

@@ -11,15 +11,13 @@ namespace nanovllm {
 
 namespace {
 
-// Fixed, so every block's call count advances on every call (see the class comment). Waiting blocks must all
-// be resident at once (block b waits for block b of the peers): 256 blocks of up to 512 threads fit on an
-// H100 / H200 (132 SMs, 2 such blocks each); with 1024 threads only the first kBlocks / 2 take rows.
+// Every kernel launches all kBlocks blocks and each bumps its own call count, so the counts, and with them the
+// inbox half a call uses, stay equal across blocks and kernels. A block waits only for the same block of the
+// peers, so blocks need not all be resident for progress; they are for speed: 256 blocks of up to 512 threads
+// fit at once on an H100 / H200 (132 SMs, 2 such blocks each). Blocks of more threads (hidden > 4096) fit
+// once per SM, so then only the first kBlocks / 2 take rows.
 constexpr int kBlocks = 256;
 constexpr int kThreads = 256;
-// (ranks - 1) x message bytes this path takes: decode activations (up to 512 rows x 8192 x 2 B on 2 GPUs).
-// Larger messages (prefill) go to NCCL, which moves them at full NVLink bandwidth (32 MiB in 136 us on 2
-// H200s).
-constexpr size_t kMaxPushedBytes = size_t{8} << 20;
 constexpr unsigned long long kTimeoutNs = 5'000'000'000ull;
 constexpr int kSpinsPerCheck = 256;  // polls of the inbox between looks at the clock and the abort flag
 
@@ -55,14 +53,14 @@ __device__ __forceinline__ bool has_empty(const uint4& v) {
   return word_has_empty(v.x) || word_has_empty(v.y) || word_has_empty(v.z) || word_has_empty(v.w);
 }
 
-// Inbox half of this call: [ranks - 1][slot] of 16-byte vectors. Rank r's message sits in peer p's inbox at
-// slot r, or r - 1 past p's own rank (a rank sends itself nothing).
 __device__ __forceinline__ uint32_t next_call(uint32_t* calls) {
   __shared__ uint32_t call_shared;
   if (threadIdx.x == 0) call_shared = ++calls[blockIdx.x];  // only this block of this rank touches it
   __syncthreads();
   return call_shared;
 }
+// Inbox half of this call: [ranks - 1][slot] of 16-byte vectors. Rank r's message sits in peer p's inbox at
+// slot r, or r - 1 past p's own rank (a rank sends itself nothing).
 __device__ __forceinline__ int64_t half_offset(uint32_t call, int size, int64_t slot_vectors) {
   return (call & 1) * (size - 1) * slot_vectors;
 }
@@ -77,12 +75,13 @@ __device__ __forceinline__ void push(const Peers& peers, int rank, int size, int
 }
 
 // What a waiting thread needs besides the inbox: when it started, where to raise the alarm (mapped host
-// memory, written once) and this rank's abort flag (device memory: thousands of threads poll it, which host
-// memory over PCIe could not take).
+// memory), this rank's abort flag (device memory: thousands of threads poll it, which host memory over PCIe
+// could not take), and whether it has given up already (then it waits for nothing more in this call).
 struct Waiter {
   unsigned long long start;
   int* timed_out;
   const volatile int* aborted;
+  bool released = false;
 };
 
 // Rank p's vector v for every peer p, from this rank's inbox half, once each has fully arrived; the slots
@@ -90,7 +89,7 @@ struct Waiter {
 // has pushed, so after this kernel has finished). A peer that never comes (it failed) or an abort of the
 // group releases the thread with garbage and, for a timeout, marks the rank unhealthy.
 __device__ __forceinline__ void receive(uint4* inbox_half, int64_t slot_vectors, int rank, int size, int64_t v,
-                                        const Waiter& w, uint4 (&raw)[kMaxRanks]) {
+                                        Waiter& w, uint4 (&raw)[kMaxRanks]) {
 #pragma unroll
   for (int p = 0; p < kMaxRanks; ++p)
     if (p < size && p != rank) raw[p] = __ldcv(inbox_half + slot_of(p, rank) * slot_vectors + v);
@@ -98,13 +97,14 @@ __device__ __forceinline__ void receive(uint4* inbox_half, int64_t slot_vectors,
   for (int p = 0; p < kMaxRanks; ++p) {
     if (p >= size || p == rank) continue;
     uint4* slot = inbox_half + slot_of(p, rank) * slot_vectors + v;
-    for (int spins = 1; has_empty(raw[p]); ++spins) {
+    for (int spins = 1; !w.released && has_empty(raw[p]); ++spins) {
       if (spins % kSpinsPerCheck == 0) {
-        if (*w.aborted) break;
-        if (global_ns() - w.start > kTimeoutNs) {
+        if (*w.aborted) w.released = true;
+        else if (global_ns() - w.start > kTimeoutNs) {
           atomicExch(w.timed_out, 1);
-          break;
+          w.released = true;
         }
+        if (w.released) break;
       }
       __nanosleep(32);  // gentler on L2, through which the peer's stores arrive
       raw[p] = __ldcv(slot);
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_all_reduce(Peers peers, uin
                                                                 int64_t vectors, int64_t per_block,
                                                                 int64_t slot_vectors, uint32_t* calls,
                                                                 int* timed_out, const int* aborted) {
-  const Waiter w{global_ns(), timed_out, aborted};
+  Waiter w{global_ns(), timed_out, aborted};
   const int64_t half = half_offset(next_call(calls), size, slot_vectors);
   const int64_t begin = blockIdx.x * per_block, end = min(vectors, begin + per_block);
   uint4* xv = reinterpret_cast<uint4*>(x);
@@ -163,8 +163,9 @@ __global__ void __launch_bounds__(1024) one_shot_all_reduce_add_rms_norm(
     int64_t slot_vectors, uint32_t* calls, int* timed_out, const int* aborted) {
   using namespace cuda;
   __shared__ float scratch[32];
-  const Waiter w{global_ns(), timed_out, aborted};
+  Waiter w{global_ns(), timed_out, aborted};
   const int64_t half = half_offset(next_call(calls), size, slot_vectors);
+  if (static_cast<int>(blockIdx.x) >= row_blocks) return;  // counted the call; rows belong to the others
   const int nvec = hidden / 8;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
   for (int row = blockIdx.x; row < rows; row += row_blocks)
@@ -267,7 +268,8 @@ void PeerAllReduce::abort() {
 }
 
 bool PeerAllReduce::fits(const Tensor& x) const {
-  return x.dtype == DType::BF16 && x.numel() % 8 == 0 && x.bytes() <= slot_bytes_ &&
+  // Not empty: the double buffering needs every call to carry something (see the class comment).
+  return x.dtype == DType::BF16 && x.numel() > 0 && x.numel() % 8 == 0 && x.bytes() <= slot_bytes_ &&
          reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
 }
 

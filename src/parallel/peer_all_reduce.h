@@ -8,8 +8,9 @@
 // pattern the senders never send), a reader polls each vector until it has arrived and empties it again
 // behind the read (the Lamport-style all-reduce TensorRT-LLM uses). That saves the fence and the flag's trip
 // a flag protocol pays per call. Inboxes are double-buffered by call parity: a rank writes a peer's inbox half
-// again only two calls later, after that peer's kernel of the call in between has pushed, so after its kernel
-// of this call (which emptied the half) has finished.
+// again only two calls later, after it has received that peer's push of the call in between, so after the
+// peer's kernel of this call (which emptied the half) has finished. That needs every call to carry at least
+// one vector, which fits() requires.
 // The fused variant also does the residual add and RMSNorm that follow a row-parallel layer.
 // Messages are taken while (ranks - 1) x bytes <= 8 MiB; larger ones (prefill) go to NCCL. A peer that never
 // arrives (it failed) releases the waiters after a timeout and marks the rank unhealthy instead of hanging;
@@ -27,6 +28,10 @@ namespace nanovllm {
 class PeerAllReduce {
  public:
   static constexpr int kMaxRanks = 8;
+  // (ranks - 1) x message bytes this path takes: decode activations (up to 512 rows x 8192 x 2 B on 2 GPUs).
+  // Larger messages (prefill) go to NCCL, which moves them at full NVLink bandwidth (32 MiB in 136 us on 2
+  // H200s).
+  static constexpr size_t kMaxPushedBytes = size_t{8} << 20;
   // What a kernel needs of every rank (kernel argument): rank p's inbox.
   struct Peers {
     void* inbox[kMaxRanks];

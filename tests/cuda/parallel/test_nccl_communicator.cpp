@@ -2,6 +2,7 @@
 // replayed from CUDA graphs, and a failing rank that must not leave the others waiting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "common/half_float.h"
 #include "engine/device_support.h"
+#include "parallel/peer_all_reduce.h"
 #include "parallel/rank_threads.h"
 
 namespace nanovllm {
@@ -145,15 +147,16 @@ TEST(NcclCommunicator, CollectivesMatchTheHostAndReplayFromGraphs) {
 // the peer one-shot kernel), 256 x 4096 (a decode batch: peer up to 4 GPUs, where 2 MiB fits the 8 MiB /
 // (N - 1) slot) and 4096 x 4096 (a prefill step: NCCL). Where the GPUs reach each other the peer path must be
 // on, or the test would check NCCL alone. Each is
-// captured once in a CUDA graph and replayed 5 times with new inputs (the peer kernel's epochs and staging
+// captured once in a CUDA graph and replayed 5 times with new inputs (the peer kernel's call counts and inbox
 // halves advance on the device), and must equal the host's sum on every rank, bit-identically across ranks.
 TEST(NcclCommunicator, AllReduceMatchesTheHostOnBothPathsThroughGraphReplays) {
   const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs";
   for (int size = 2; size <= gpus; size *= 2) {
     Group g(size);
-    if (peers_reach_each_other(size))
+    if (peers_reach_each_other(size)) {
       ASSERT_NE(g.comms->describe().find("peer"), std::string::npos) << g.comms->describe();
+    }
     for (int64_t n : {int64_t{1003}, int64_t{4096}, int64_t{256} * 4096, int64_t{4096} * 4096}) {
       constexpr int kReplays = 5;
       std::mt19937 rng(static_cast<unsigned>(n + size));
@@ -199,11 +202,53 @@ TEST(NcclCommunicator, AllReduceMatchesTheHostOnBothPathsThroughGraphReplays) {
   }
 }
 
+// The peer kernel marks an inbox vector that has not arrived with bf16 0xFFFF (a NaN bit pattern). An input
+// holding that pattern must still arrive (as a NaN, which is what the sum is), not leave the receiver waiting
+// for it until the 5 s timeout; the other elements must be the plain sums.
+TEST(NcclCommunicator, AnInputOfTheEmptyInboxPatternArrivesAsANaN) {
+  const int gpus = cuda_device_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs";
+  if (!peers_reach_each_other(2)) GTEST_SKIP() << "GPUs 0 and 1 do not reach each other: no peer path";
+  Group g(2);
+  constexpr int64_t n = 4096;  // the peer path
+  std::mt19937 rng(5);
+  std::vector<std::vector<uint16_t>> x = {random_bf16(n, rng), random_bf16(n, rng)};
+  const std::vector<int64_t> marked = {0, 7, 1000, n - 1};
+  for (int64_t i : marked) x[1][i] = 0xFFFF;
+  std::vector<std::vector<uint16_t>> got(2, std::vector<uint16_t>(n));
+  const auto start = std::chrono::steady_clock::now();
+  g.run([&](int r) {
+    CudaBackend& b = g.cuda(r);
+    Buffer buf = b.allocate(n * 2);
+    Tensor t = buf.view(DType::BF16, {n});
+    b.upload(x[r].data(), t.data, t.bytes());
+    g.comms->rank(r).all_reduce_sum(t);
+    b.download(t.data, got[r].data(), t.bytes());
+    g.comms->rank(r).check_health();
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 2.0) << "the marked elements were waited for";
+  for (int r = 0; r < 2; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      const bool is_marked = std::find(marked.begin(), marked.end(), i) != marked.end();
+      const float v = bf16_to_float(got[r][i]);
+      if (is_marked) {
+        EXPECT_TRUE(std::isnan(v)) << "rank " << r << " element " << i;
+      } else {
+        const double want = bf16_to_float(x[0][i]) + bf16_to_float(x[1][i]);
+        ASSERT_NEAR(v, want, 1e-2 * (std::fabs(want) + 1.0)) << "rank " << r << " element " << i;
+      }
+    }
+}
+
 // The all-reduce fused with the residual add and RMSNorm (the model's o_proj / down_proj path) must give
 // bit for bit what the unfused all_reduce_sum + add_rms_norm give, on every rank: two calls in a row (the
 // second on the first one's residual), captured once and replayed with new inputs. Shapes: one row, odd row
-// counts around the kernel's 128 blocks, hidden sizes that are not multiples of the block width, and
-// hidden 16384 (two vectors per thread). Then, for the record, the fused call against the unfused pair.
+// counts around the rows one pass of the kernel's blocks takes (256 blocks of <= 512 threads; 128 of more
+// threads, as hidden 5120 has), hidden sizes that are not multiples of the block width, and hidden 16384
+// (two vectors per thread). A shape takes the fused path where the GPUs reach each other and the message fits
+// the peer path (not 64 x 16384 on 8 GPUs); the test checks that it does exactly then. Then, for the record,
+// the fused call against the unfused pair.
 TEST(NcclCommunicator, FusedAllReduceAddRmsNormEqualsTheUnfusedPath) {
   const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs";
@@ -212,8 +257,11 @@ TEST(NcclCommunicator, FusedAllReduceAddRmsNormEqualsTheUnfusedPath) {
   };
   for (int size = 2; size <= gpus; size *= 2) {
     Group g(size);
-    for (const Shape shape : {Shape{1, 4096}, Shape{3, 1032}, Shape{129, 4096}, Shape{257, 2056}, Shape{64, 16384}}) {
+    for (const Shape shape : {Shape{1, 4096}, Shape{3, 1032}, Shape{129, 4096}, Shape{257, 2056}, Shape{129, 5120},
+                              Shape{64, 16384}}) {
       const int64_t T = shape.rows, H = shape.hidden, n = T * H;
+      const bool fused_expected = peers_reach_each_other(size) &&
+                                  static_cast<size_t>(size - 1) * static_cast<size_t>(n) * 2 <= PeerAllReduce::kMaxPushedBytes;
       constexpr int kReplays = 3;
       std::mt19937 rng(static_cast<unsigned>(T * 7 + H + size));
       // Per replay and rank: the two partial sums; per replay: the starting residual; two norm weights.
@@ -297,7 +345,9 @@ TEST(NcclCommunicator, FusedAllReduceAddRmsNormEqualsTheUnfusedPath) {
           std::printf("[nccl] %d GPUs, %lld x %lld: all-reduce + add_rms_norm %.1f us fused, %.1f us unfused\n", size,
                       static_cast<long long>(T), static_cast<long long>(H), fused_ms * 1e3, unfused_ms * 1e3);
       });
-      for (int r = 0; r < size; ++r) ASSERT_TRUE(took[r]) << "rank " << r << " did not take the fused path";
+      for (int r = 0; r < size; ++r)
+        ASSERT_EQ(took[r] != 0, fused_expected) << "rank " << r << ", " << size << " GPUs, " << T << " x " << H;
+      if (!fused_expected) continue;
       for (int k = 0; k < kReplays; ++k) {
         for (int r = 0; r < size; ++r) {
           for (int o = 0; o < 3; ++o) {
@@ -369,7 +419,9 @@ TEST(NcclCommunicator, AFailingRankReleasesRanksWaitingOnTheirStreams) {
     std::printf("[nccl] %lld elements: failing rank reported after %.2f s\n", static_cast<long long>(n), seconds);
     EXPECT_LT(seconds, peer_path ? 2.5 : 10.0) << "n " << n;
     for (int r = 0; peer_path && r < size; ++r)
-      if (r != 1) EXPECT_TRUE(unhealthy[r]) << "rank " << r << " was released but check_health() did not say so";
+      if (r != 1) {
+        EXPECT_TRUE(unhealthy[r]) << "rank " << r << " was released but check_health() did not say so";
+      }
   }
 }
 
