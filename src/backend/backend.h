@@ -136,10 +136,15 @@ class Backend {
   virtual void sample_shard(const Tensor& logits, int64_t vocab_start, int64_t valid, const SamplerInputs& in,
                             Tensor& best_key, Tensor& best_token) = 0;
   // The merge of sample_shard()'s picks over the shards, one at a time into `best` (which starts empty):
-  // the largest key, the lowest token on equal keys. best.token stays INT32_MAX when no shard had a token.
+  // the largest key, the lowest token on equal keys. best stays empty when no shard had a token.
   struct ShardPick {
+    static constexpr int32_t kNoToken = std::numeric_limits<int32_t>::max();  // sample_shard's "none"
     float key = -std::numeric_limits<float>::infinity();
-    int32_t token = std::numeric_limits<int32_t>::max();
+    int32_t token = kNoToken;
+    bool empty() const { return token == kNoToken; }
+    // The merged row's token as sample() gives it where no token has probability and the raw argmax is no
+    // help either (every logit -inf or NaN): 0.
+    int32_t sampled_token() const { return empty() ? 0 : token; }
   };
   static void merge_shard_pick(ShardPick& best, float key, int32_t token) {
     if (key > best.key || (key == best.key && token < best.token)) best = {key, token};

@@ -3,7 +3,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/device_support.h"
 #include "model/weight_source.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/streaming_detokenizer.h"
@@ -52,12 +51,7 @@ LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
   if (std::filesystem::is_directory(dir) && std::filesystem::exists(dir / "tokenizer.json"))
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_model_dir(dir));
 
-  std::unique_ptr<WeightSource> weights;
-  if (config_.load_dummy_weights) {
-    weights = std::make_unique<DummyWeights>(model_config_, config_.seed);
-  } else {
-    weights = std::make_unique<CheckpointWeights>(CheckpointReader::open(dir));
-  }
+  const std::unique_ptr<WeightSource> weights = open_weights(dir, model_config_, config_.load_dummy_weights, config_.seed);
   executor_ = std::make_unique<ModelExecutor>(config_, model_config_, *weights);
   scheduler_ = std::make_unique<Scheduler>(config_, executor_->num_kvcache_blocks(), model_config_.eos_token_ids);
   startup_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

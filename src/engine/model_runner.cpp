@@ -64,7 +64,10 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
   }
   if (comm_) {
     picks_buf_ = backend_->allocate(R * 4 * 4);
-    if (driver_) gathered_picks_buf_ = backend_->allocate(static_cast<size_t>(comm_->size()) * R * 4 * 4);
+    if (driver_) {
+      gathered_picks_buf_ = backend_->allocate(static_cast<size_t>(comm_->size()) * R * 4 * 4);
+      gathered_picks_host_ = backend_->allocate_host(gathered_picks_buf_.bytes());
+    }
     zero_temperature_buf_ = backend_->allocate(R * 4);
     const std::vector<float> zeros(R, 0.0f);
     backend_->upload(zeros.data(), zero_temperature_buf_.data(), R * 4);
@@ -197,13 +200,15 @@ void ModelRunner::capture_graphs() {
   meta_->upload(max_bs);
   graphs_ = capture_decode_graphs(*backend_, buckets, [this](int b) {
     model_->forward(step_tensors(b, b, 1, config_.max_model_len, true), kv_cache_);
-    if (comm_) {
-      model_->shard_logits(meta_->logits_rows_tensor(b));
-    } else {
-      Tensor logits = logits_view(b);
-      model_->logits(meta_->logits_rows_tensor(b), logits);
-    }
+    sampling_logits(b);
   });
+}
+
+void ModelRunner::sampling_logits(int n) {
+  const Tensor rows = meta_->logits_rows_tensor(n);
+  if (comm_) return model_->shard_logits(rows);
+  Tensor logits = logits_view(n);
+  model_->logits(rows, logits);
 }
 
 StepOutput ModelRunner::run(const ScheduledBatch& batch) {
@@ -281,12 +286,7 @@ StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   // alone); only the driver samples from whole rows and scores.
   if (num_samples > 0) {
     const Bans bans = early_stop_bans(batch);
-    if (bucket == 0) {  // a replayed graph has computed them already
-      const Tensor rows = meta_->logits_rows_tensor(num_samples);
-      Tensor logits = logits_view(num_samples);
-      if (comm_) model_->shard_logits(rows);
-      else model_->logits(rows, logits);
-    }
+    if (bucket == 0) sampling_logits(num_samples);  // a replayed graph has computed them already
     if (comm_ && !needs_whole_rows && !want_sample_logprobs && bans.rows.empty()) {
       out.sampled = sample_on_shards(num_samples, raw_argmax_fallback);
       out.sampled_on_shards = true;
@@ -320,7 +320,7 @@ void ModelRunner::sample_whole_rows(const ScheduledBatch& batch, const Bans& ban
     out.sampled_logprobs.resize(n);
   }
   if (want_logprobs) {
-    if (!bans.rows.empty()) {  // logprobs come from the raw logits: recompute the rows the bans changed
+    if (!bans.rows.empty()) {  // logprobs come from the raw logits, which the bans changed: recompute all n rows
       std::vector<int32_t> rows(n);
       for (int r = 0; r < n; ++r) rows[r] = meta_->logits_rows()[r];
       score_rows(rows, out.sampled, want_k, out.sampled_logprobs);
@@ -353,23 +353,23 @@ std::vector<int32_t> ModelRunner::sample_on_shards(int n, bool raw_argmax_fallba
   if (driver_) gathered = Tensor(gathered_picks_buf_.data(), DType::F32, {P, width});
   comm_->gather_to_first(picks, gathered);
   if (!driver_) return {};
-  std::vector<float> all(static_cast<size_t>(P) * width);
-  backend_->download(gathered.data, all.data(), all.size() * sizeof(float));
+  float* all = static_cast<float*>(gathered_picks_host_.data());
+  backend_->download(gathered.data, all, static_cast<size_t>(P) * width * sizeof(float));
   auto best = [&](int row, int key_part) {
     Backend::ShardPick pick;
     for (int p = 0; p < P; ++p) {
-      const float* rank_picks = all.data() + static_cast<size_t>(p) * width;
+      const float* rank_picks = all + static_cast<size_t>(p) * width;
       int32_t t;
       std::memcpy(&t, &rank_picks[(key_part + 1) * n + row], sizeof t);
       Backend::merge_shard_pick(pick, rank_picks[key_part * n + row], t);
     }
-    return pick.token;
+    return pick;
   };
   std::vector<int32_t> sampled(n);
   for (int row = 0; row < n; ++row) {
-    int32_t t = best(row, 0);
-    if (t == std::numeric_limits<int32_t>::max() && raw_argmax_fallback) t = best(row, 2);
-    sampled[row] = t == std::numeric_limits<int32_t>::max() ? 0 : t;
+    Backend::ShardPick pick = best(row, 0);
+    if (pick.empty() && raw_argmax_fallback) pick = best(row, 2);
+    sampled[row] = pick.sampled_token();
   }
   return sampled;
 }

@@ -43,7 +43,7 @@ class ModelRunner {
               WeightSource& weights, Communicator* comm = nullptr);
   ~ModelRunner();
 
-  // On ranks other than 0 the output is empty.
+  // On ranks other than 0 the tokens and logprobs are empty (only launched and sampled_on_shards are set).
   StepOutput run(const ScheduledBatch& batch);
 
   int num_kvcache_blocks() const { return num_kvcache_blocks_; }
@@ -57,6 +57,9 @@ class ModelRunner {
   void capture_graphs();
   // Fills rows [from, to) of the step metadata as inert decode sequences (no cache write, one key).
   void pad_decode_rows(int from, int to);
+  // The lm_head over the step's first n sampling rows: the whole logits into logits_buf_ on one rank; under
+  // tensor parallelism this rank's vocabulary chunk, gathered or sampled where it is afterwards.
+  void sampling_logits(int n);
   // Device views of the step metadata for a step of this shape.
   StepTensors step_tensors(int num_tokens, int num_seqs, int max_seqlen_q, int max_seqlen_k, bool decode_only) const;
   size_t kv_block_bytes() const;
@@ -82,12 +85,13 @@ class ModelRunner {
   size_t kv_cache_bytes_ = 0;
   int max_logits_rows_ = 0;
 
-  // Scratch in backend memory: logits [R, V], sampled ids, logprob outputs, score rows/targets.
+  // Scratch in backend memory: logits [R, V], sampled ids, logprob outputs, score rows/targets (rows_buf_ on
+  // every rank, which all make the lm_head calls; the rest on the driver only).
   Buffer logits_buf_, sampled_buf_, rows_buf_, targets_buf_, target_lp_buf_, top_ids_buf_, top_lp_buf_;
   Buffer ban_rows_buf_, ban_tokens_buf_;  // (row, token) pairs masked before sampling
   // Tensor parallelism: this rank's picks [4, R] (sampled key, token, greedy key, token), everyone's on the
-  // driver [ranks, 4, R], and temperature 0 for every row (the greedy picks).
-  Buffer picks_buf_, gathered_picks_buf_, zero_temperature_buf_;
+  // driver [ranks, 4, R] (and their pinned host copy), and temperature 0 for every row (the greedy picks).
+  Buffer picks_buf_, gathered_picks_buf_, gathered_picks_host_, zero_temperature_buf_;
   static constexpr int kBansPerRow = 8;
 
   // (row, token) pairs: EOS and stop tokens of rows whose request has not reached min_tokens (vLLM's

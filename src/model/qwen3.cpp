@@ -209,6 +209,7 @@ void Qwen3Model::shard_logits(const Tensor& rows) {
 }
 
 void Qwen3Model::gather_logits(int64_t n, Tensor& out) {
+  if (!comm_) throw EngineError("Qwen3Model::gather_logits: the model is not sharded");
   const Tensor local = last_shard_logits(n);
   Tensor parts;
   if (shard_.rank == 0) parts = Tensor(gathered_logits_.data, DType::F32, {shard_.size, n, shard_.vocab_chunk});

@@ -330,14 +330,14 @@ ShardPicks sample_shard(CpuBackend& backend, const std::vector<float>& logits, i
   return {key.to_vector(), std::vector<int32_t>(token.i32(), token.i32() + r)};
 }
 
-// The engine's merge (Backend::merge_shard_pick), token 0 when every shard has nothing (token INT32_MAX).
+// The engine's merge (Backend::merge_shard_pick, then ShardPick::sampled_token).
 using Merged = Backend::ShardPick;
 
 std::vector<Merged> merge_shards(const std::vector<ShardPicks>& shards, size_t rows) {
   std::vector<Merged> merged(rows);
   for (size_t r = 0; r < rows; ++r) {
     for (const ShardPicks& s : shards) Backend::merge_shard_pick(merged[r], s.key[r], s.token[r]);
-    if (merged[r].token == std::numeric_limits<int32_t>::max()) merged[r].token = 0;
+    merged[r].token = merged[r].sampled_token();
   }
   return merged;
 }
@@ -351,7 +351,7 @@ std::vector<Merged> sample_sharded(CpuBackend& backend, const std::vector<float>
     shards.push_back(sample_shard(backend, logits, vocab, p * chunk, chunk, pad, rows));
     for (size_t r = 0; r < rows.size(); ++r) {  // every output written, tokens inside the shard or "none"
       const int32_t t = shards.back().token[r];
-      const bool none = t == std::numeric_limits<int32_t>::max();
+      const bool none = t == Backend::ShardPick::kNoToken;
       EXPECT_TRUE(none || (t >= p * chunk && t < std::min<int64_t>(vocab, (p + 1) * chunk)))
           << "P " << parts << " shard " << p << " row " << r << ": token " << t;
       EXPECT_EQ(none, shards.back().key[r] == -std::numeric_limits<float>::infinity()) << "row " << r;

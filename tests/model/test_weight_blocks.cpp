@@ -45,7 +45,8 @@ TEST(WeightBlocks, GenericBlocksAreTheWholeTensorsElements) {
   EXPECT_EQ(std::memcmp(v.view.data, w.vector_.data() + 3, 5 * sizeof(float)), 0);
   EXPECT_THROW(w.get_block("m", {5, 7}, {0, 6}, {0, 7}), EngineError);  // past the last row
   EXPECT_THROW(w.get_block("m", {5, 7}, {0, 5}, {5, 8}), EngineError);  // past the last column
-  EXPECT_THROW(w.get_block("m", {5, 8}, {0, 5}, {0, 7}), InvalidInput);  // wrong full shape
+  // A wrong full shape is get()'s to refuse: get_block must hand expected_shape on to it.
+  EXPECT_THROW(w.get_block("m", {5, 8}, {0, 5}, {0, 7}), InvalidInput);
 }
 
 TEST(WeightBlocks, DummyBlocksAreGeneratedAsTheWholeTensorsElements) {

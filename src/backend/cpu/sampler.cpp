@@ -21,8 +21,8 @@
 //
 // sample_shard (tensor parallelism) runs steps 1, 2 and 6 on the columns [0, valid) of one vocabulary shard,
 // with the noise of the global token id vocab_start + i, and returns the winner with its key (the raw logit
-// for greedy rows, z_i - log(-log(u_i)) otherwise). It shares greedy_pick, scale_row and gumbel_argmax with
-// sample_row, so the keys are the very floats sample() compares and the shards' best merge to sample()'s pick.
+// for greedy rows, z_i - log(-log(u_i)) otherwise). Both run pick_row (with the filters of steps 3-5 off for
+// a shard), so the keys are the very floats sample() compares and the shards' best merge to sample()'s pick.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -105,13 +105,17 @@ Pick gumbel_argmax(const std::vector<float>& scaled, const std::vector<int32_t>&
   return best;
 }
 
-// scaled and kept are scratch of V elements owned by the calling thread.
-int32_t sample_row(const float* logits, int64_t vocab, const RowControls& c, std::vector<float>& scaled,
-                   std::vector<int32_t>& kept) {
-  if (!(c.temperature > 0.0f)) return greedy_token(logits, vocab);
+// The pick of one row of n logits whose column 0 is global token token_offset (the noise is the global
+// token's): greedy, or temperature scaling, min_p, top_k, top_p and the Gumbel argmax. index -1 when no
+// token has probability (sample() then falls back to the raw argmax; a shard reports "none"). The key is
+// what picks of different shards compare: the raw logit when greedy, else the Gumbel key. scaled and kept
+// are scratch of n elements owned by the calling thread.
+Pick pick_row(const float* logits, int64_t vocab, int64_t token_offset, const RowControls& c,
+              std::vector<float>& scaled, std::vector<int32_t>& kept) {
+  if (!(c.temperature > 0.0f)) return greedy_pick(logits, vocab);
 
   const Pick top = scale_row(logits, vocab, c.temperature, scaled);
-  if (top.index < 0) return greedy_token(logits, vocab);
+  if (top.index < 0) return top;
   const float z_max = top.key;
 
   kept.clear();
@@ -153,22 +157,7 @@ int32_t sample_row(const float* logits, int64_t vocab, const RowControls& c, std
       sorted = std::min(kept.size(), sorted * 4);
     }
   }
-  return static_cast<int32_t>(gumbel_argmax(scaled, kept, top, c, 0).index);
-}
-
-// sample_row's steps 1, 2 and 6 on columns [0, valid) of a shard starting at global token vocab_start
-// (top_k, top_p and min_p are not applied). No fallback to greedy: a shard with nothing of probability
-// reports index -1.
-Pick shard_row(const float* logits, int64_t valid, int64_t vocab_start, const RowControls& c,
-               std::vector<float>& scaled, std::vector<int32_t>& kept) {
-  if (!(c.temperature > 0.0f)) return greedy_pick(logits, valid);
-  const Pick top = scale_row(logits, valid, c.temperature, scaled);
-  if (top.index < 0) return top;
-  kept.clear();
-  for (int64_t i = 0; i < valid; ++i) {
-    if (scaled[i] > -std::numeric_limits<float>::infinity()) kept.push_back(static_cast<int32_t>(i));
-  }
-  return gumbel_argmax(scaled, kept, top, c, vocab_start);
+  return gumbel_argmax(scaled, kept, top, c, token_offset);
 }
 
 // The six controls, each F32 / I32 / I64 of `rows` elements. sample_shard reads only temperature, seed and
@@ -221,7 +210,11 @@ void CpuBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& t
     std::vector<int32_t> kept;
     kept.reserve(static_cast<size_t>(vocab));
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t r = 0; r < rows; ++r) out[r] = sample_row(x + r * vocab, vocab, controls_of(in, r, false), scaled, kept);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x + r * vocab;
+      const Pick pick = pick_row(row, vocab, 0, controls_of(in, r, false), scaled, kept);
+      out[r] = pick.index >= 0 ? static_cast<int32_t>(pick.index) : greedy_token(row, vocab);
+    }
   }
 }
 
@@ -253,10 +246,11 @@ void CpuBackend::sample_shard(const Tensor& logits, int64_t vocab_start, int64_t
     kept.reserve(static_cast<size_t>(valid));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t r = 0; r < rows; ++r) {
-      const Pick best = shard_row(x + r * cols, valid, vocab_start, controls_of(in, r, true), scaled, kept);
-      const bool none = best.index < 0 || !(best.key > -std::numeric_limits<float>::infinity());
+      // The filters are off in shard mode (controls_of), so this is plain temperature sampling.
+      const Pick best = pick_row(x + r * cols, valid, vocab_start, controls_of(in, r, true), scaled, kept);
+      const bool none = best.index < 0;  // a pick with an index has a key above -inf
       keys[r] = none ? -std::numeric_limits<float>::infinity() : best.key;
-      tokens[r] = none ? std::numeric_limits<int32_t>::max() : static_cast<int32_t>(vocab_start + best.index);
+      tokens[r] = none ? Backend::ShardPick::kNoToken : static_cast<int32_t>(vocab_start + best.index);
     }
   }
 }

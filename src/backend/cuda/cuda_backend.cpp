@@ -399,10 +399,10 @@ void CudaBackend::set_logits(Tensor& logits, const Tensor& rows, const Tensor& t
                           static_cast<int>(rows.numel()), value, stream_);
 }
 
-// What sample() and sample_shard() check and fill alike: logits F32 [R, C], token ids I32 [R] (named
-// token_name in errors), and the inputs of the noise (temperature, seed, step) for at least R rows.
-cuda::SamplerArgs CudaBackend::sampler_args(const char* op, const Tensor& logits, const SamplerInputs& in,
-                                            Tensor& token_ids, const char* token_name) {
+// What sample() and sample_shard() check alike: logits F32 [R, C], token ids I32 [R] (named token_name in
+// errors), and the inputs of the noise (temperature, seed, step) for at least R rows.
+void CudaBackend::check_sampler_inputs(const char* op, const Tensor& logits, const SamplerInputs& in,
+                                       const Tensor& token_ids, const char* token_name) const {
   require_dtype(logits, DType::F32, op, "logits");
   require_dtype(token_ids, DType::I32, op, token_name);
   require_dtype(in.temperature, DType::F32, op, "temperature");
@@ -415,30 +415,52 @@ cuda::SamplerArgs CudaBackend::sampler_args(const char* op, const Tensor& logits
           op, "logits " + logits.shape_string() + ", " + token_name + " " + token_ids.shape_string() +
                   " and the sampler inputs disagree on the row count");
   require(reserved_, op, "reserve() must be called first (it sizes the sampler workspace)");
+}
+
+cuda::SamplerArgs CudaBackend::sample_args(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) {
+  cuda::SamplerArgs args;
+  args.logits = logits.as<float>();
+  args.temperature = in.temperature.as<float>();
+  args.top_k = in.top_k.as<int>();
+  args.top_p = in.top_p.as<float>();
+  args.min_p = in.min_p.as<float>();
+  args.seed = in.seed.as<int64_t>();
+  args.step = in.step.as<int>();
+  args.token_ids = token_ids.as<int>();
+  args.rows = static_cast<int>(logits.dim(0));
+  args.vocab = static_cast<int>(logits.dim(1));
+  return args;
+}
+
+// Shard mode (see SamplerArgs): columns [0, valid) of rows logits.dim(1) apart; top_k, top_p, min_p unread.
+cuda::SamplerArgs CudaBackend::sample_shard_args(const Tensor& logits, int64_t vocab_start, int64_t valid,
+                                                 const SamplerInputs& in, Tensor& best_key, Tensor& best_token) {
   cuda::SamplerArgs args;
   args.logits = logits.as<float>();
   args.temperature = in.temperature.as<float>();
   args.seed = in.seed.as<int64_t>();
   args.step = in.step.as<int>();
-  args.token_ids = token_ids.as<int>();
-  args.rows = static_cast<int>(rows);
-  args.vocab = static_cast<int>(logits.dim(1));
+  args.token_ids = best_token.as<int>();
+  args.rows = static_cast<int>(logits.dim(0));
+  args.vocab = static_cast<int>(valid);
+  args.row_stride = logits.dim(1);
+  args.best_key = best_key.as<float>();
+  args.token_offset = static_cast<int>(vocab_start);
   return args;
 }
 
 void CudaBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) {
   make_current();
   const char* op = "sample";
-  cuda::SamplerArgs args = sampler_args(op, logits, in, token_ids, "token_ids");
+  check_sampler_inputs(op, logits, in, token_ids, "token_ids");
   require_dtype(in.top_k, DType::I32, op, "top_k");
   require_dtype(in.top_p, DType::F32, op, "top_p");
   require_dtype(in.min_p, DType::F32, op, "min_p");
-  require(in.top_k.numel() >= args.rows && in.top_p.numel() >= args.rows && in.min_p.numel() >= args.rows, op,
+  const int64_t rows = logits.dim(0);
+  require(in.top_k.numel() >= rows && in.top_p.numel() >= rows && in.min_p.numel() >= rows, op,
           "logits " + logits.shape_string() + " and the sampler inputs disagree on the row count");
-  args.top_k = in.top_k.as<int>();
-  args.top_p = in.top_p.as<float>();
-  args.min_p = in.min_p.as<float>();
-  cuda::launch_sample(args, sampler_workspace_.data(), sampler_workspace_.bytes(), stream_);
+  cuda::launch_sample(sample_args(logits, in, token_ids), sampler_workspace_.data(), sampler_workspace_.bytes(),
+                      stream_);
 }
 
 // sample()'s fast path in shard mode (see SamplerArgs): the same kernels, the same workspace (a shard has
@@ -447,7 +469,7 @@ void CudaBackend::sample_shard(const Tensor& logits, int64_t vocab_start, int64_
                                Tensor& best_key, Tensor& best_token) {
   make_current();
   const char* op = "sample_shard";
-  cuda::SamplerArgs args = sampler_args(op, logits, in, best_token, "best_token");
+  check_sampler_inputs(op, logits, in, best_token, "best_token");
   require_dtype(best_key, DType::F32, op, "best_key");
   const int64_t cols = logits.dim(1);
   require(valid >= 0 && valid <= cols, op,
@@ -456,14 +478,11 @@ void CudaBackend::sample_shard(const Tensor& logits, int64_t vocab_start, int64_
   require(vocab_start >= 0 && vocab_start + valid <= INT32_MAX, op,
           "vocab_start " + std::to_string(vocab_start) + " with " + std::to_string(valid) +
               " tokens is outside the I32 token ids");
-  require(best_key.numel() == args.rows, op,
+  require(best_key.numel() == logits.dim(0), op,
           "best_key " + best_key.shape_string() + " does not have one entry per row of logits " +
               logits.shape_string());
-  args.vocab = static_cast<int>(valid);
-  args.row_stride = cols;
-  args.best_key = best_key.as<float>();
-  args.token_offset = static_cast<int>(vocab_start);
-  cuda::launch_sample(args, sampler_workspace_.data(), sampler_workspace_.bytes(), stream_);
+  cuda::launch_sample(sample_shard_args(logits, vocab_start, valid, in, best_key, best_token),
+                      sampler_workspace_.data(), sampler_workspace_.bytes(), stream_);
 }
 
 void CudaBackend::logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob,

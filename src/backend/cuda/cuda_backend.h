@@ -81,9 +81,16 @@ class CudaBackend final : public Backend {
   // over a buffer of `bytes` allocated for the measurement.
   double measure_read_bandwidth_gbs(size_t bytes);
 
+  // The kernel arguments sample() and sample_shard() launch with, unchecked (the two check first); tests
+  // that drive one sampler path explicitly (cuda::launch_sample_via) build theirs with these.
+  static cuda::SamplerArgs sample_args(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids);
+  static cuda::SamplerArgs sample_shard_args(const Tensor& logits, int64_t vocab_start, int64_t valid,
+                                             const SamplerInputs& in, Tensor& best_key, Tensor& best_token);
+
  private:
-  cuda::SamplerArgs sampler_args(const char* op, const Tensor& logits, const SamplerInputs& in, Tensor& token_ids,
-                                 const char* token_name);
+  // What sample() and sample_shard() check alike (see the .cpp).
+  void check_sampler_inputs(const char* op, const Tensor& logits, const SamplerInputs& in, const Tensor& token_ids,
+                            const char* token_name) const;
   void make_current() const;
 
   int device_ = 0;

@@ -65,10 +65,10 @@ Gemm::Plan Gemm::create_plan(const ShapeKey& key) {
   return plan;
 }
 
-cublasLtMatmulAlgo_t Gemm::choose_algo(const Plan& plan, const ShapeKey& key) {
+std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Plan& plan, const ShapeKey& key, int max_count) {
   cublasLtMatmulPreference_t preference = nullptr;
   NANOVLLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max_count));
   int found = 0;
   const cublasStatus_t status = [&] {
     cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -85,8 +85,8 @@ cublasLtMatmulAlgo_t Gemm::choose_algo(const Plan& plan, const ShapeKey& key) {
       if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(preference, attr, &cd_alignment, sizeof(cd_alignment));
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
-      s = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1, &result,
-                                         &found);
+      s = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, max_count,
+                                         results.data(), &found);
     }
     return s;
   }();
@@ -96,7 +96,9 @@ cublasLtMatmulAlgo_t Gemm::choose_algo(const Plan& plan, const ShapeKey& key) {
     throw EngineError("cuBLASLt has no algorithm for linear M=" + std::to_string(key.m) + " N=" +
                       std::to_string(key.n) + " K=" + std::to_string(key.k));
   }
-  return result.algo;
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; i < found; ++i) algos.push_back(results[static_cast<size_t>(i)].algo);
+  return algos;
 }
 
 void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
@@ -106,36 +108,38 @@ void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_b
   run_cublaslt(x, weight, bias, out, out_dtype, m, n, k, stream);
 }
 
+Gemm::Plan& Gemm::plan_for(const ShapeKey& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan plan = create_plan(key);
+  try {
+    const ShapeKey bucket{bucket_of(key.m), key.n, key.k, key.out, key.bias};
+    auto algo = algo_by_bucket_.find(bucket);
+    if (algo == algo_by_bucket_.end()) {
+      Plan bucket_plan = bucket.m == key.m ? Plan{} : create_plan(bucket);
+      try {
+        algo = algo_by_bucket_.emplace(bucket, choose_algo(bucket.m == key.m ? plan : bucket_plan, bucket)).first;
+      } catch (...) {
+        destroy(bucket_plan);
+        throw;
+      }
+      destroy(bucket_plan);
+    }
+    plan.algo = algo->second;
+  } catch (...) {
+    destroy(plan);
+    throw;
+  }
+  return plans_.emplace(key, plan).first->second;
+}
+
 void Gemm::run_cublaslt(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
                         DType out_dtype, int m, int n, int k, cudaStream_t stream) {
   if (m == 0) return;
   // cuBLASLt's bias epilogue is used for bf16 outputs; an fp32 output (the lm_head) gets a separate add.
   const bool epilogue_bias = bias != nullptr && out_dtype == DType::BF16;
   const ShapeKey key{m, n, k, out_dtype, epilogue_bias};
-  auto it = plans_.find(key);
-  if (it == plans_.end()) {
-    Plan plan = create_plan(key);
-    try {
-      const ShapeKey bucket{bucket_of(m), n, k, out_dtype, epilogue_bias};
-      auto algo = algo_by_bucket_.find(bucket);
-      if (algo == algo_by_bucket_.end()) {
-        Plan bucket_plan = bucket.m == m ? Plan{} : create_plan(bucket);
-        try {
-          algo = algo_by_bucket_.emplace(bucket, choose_algo(bucket.m == m ? plan : bucket_plan, bucket)).first;
-        } catch (...) {
-          destroy(bucket_plan);
-          throw;
-        }
-        destroy(bucket_plan);
-      }
-      plan.algo = algo->second;
-    } catch (...) {
-      destroy(plan);
-      throw;
-    }
-    it = plans_.emplace(key, plan).first;
-  }
-  Plan& plan = it->second;
+  Plan& plan = plan_for(key);
   if (epilogue_bias) {
     NANOVLLM_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
@@ -153,6 +157,19 @@ void Gemm::run_cublaslt(const __nv_bfloat16* x, const __nv_bfloat16* weight, con
   }
   NANOVLLM_CUBLAS_CHECK(status);
   if (bias != nullptr && !epilogue_bias) launch_add_bias_f32(static_cast<float*>(out), bias, m, n, stream);
+}
+
+std::vector<cublasLtMatmulAlgo_t> Gemm::listed_algorithms(int m, int n, int k, DType out_dtype, int max_count) {
+  const ShapeKey key{m, n, k, out_dtype, false};
+  return heuristic(plan_for(key), key, max_count);
+}
+
+bool Gemm::run_listed(const cublasLtMatmulAlgo_t& algo, const __nv_bfloat16* x, const __nv_bfloat16* weight, void* out,
+                      DType out_dtype, int m, int n, int k, cudaStream_t stream) {
+  const Plan& plan = plan_for(ShapeKey{m, n, k, out_dtype, false});
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasLtMatmul(handle_, plan.desc, &alpha, weight, plan.a, x, plan.b, &beta, out, plan.c, out, plan.c, &algo,
+                        workspace_, workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
 }
 
 }  // namespace nanovllm::cuda

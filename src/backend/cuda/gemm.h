@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "common/dtype.h"
 
@@ -34,6 +35,13 @@ class Gemm {
   void run_cublaslt(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
                     DType out_dtype, int m, int n, int k, cudaStream_t stream);
 
+  // For benchmarks: the algorithms cuBLASLt's heuristic lists for this shape (no bias), best guess first, at
+  // most max_count; run_cublaslt uses the first one listed for M's bucket. run_listed runs one of them and
+  // returns false when cuBLASLt refuses it.
+  std::vector<cublasLtMatmulAlgo_t> listed_algorithms(int m, int n, int k, DType out_dtype, int max_count);
+  bool run_listed(const cublasLtMatmulAlgo_t& algo, const __nv_bfloat16* x, const __nv_bfloat16* weight, void* out,
+                  DType out_dtype, int m, int n, int k, cudaStream_t stream);
+
  private:
   struct ShapeKey {
     int m, n, k;
@@ -50,7 +58,13 @@ class Gemm {
   };
 
   Plan create_plan(const ShapeKey& key);
-  cublasLtMatmulAlgo_t choose_algo(const Plan& plan_of_bucket, const ShapeKey& bucket);
+  // The exact shape's cached plan, created (with its bucket's algorithm) on first use.
+  Plan& plan_for(const ShapeKey& key);
+  // Up to max_count algorithms for the plan's shape, the heuristic's order; throws when there is none.
+  std::vector<cublasLtMatmulAlgo_t> heuristic(const Plan& plan, const ShapeKey& key, int max_count);
+  cublasLtMatmulAlgo_t choose_algo(const Plan& plan_of_bucket, const ShapeKey& bucket) {
+    return heuristic(plan_of_bucket, bucket, 1).front();
+  }
   static void destroy(Plan& plan);
 
   cublasLtHandle_t handle_ = nullptr;

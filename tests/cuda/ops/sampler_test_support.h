@@ -87,14 +87,14 @@ class SamplerTest : public CudaOpsTest {
                        begin, shard_valid(vocab, begin, chunk), cpu_inputs(r), key, token);
     return {read_cpu(key), std::vector<int32_t>(token.as<int32_t>(), token.as<int32_t>() + rows)};
   }
-  // The engine's merge (Backend::merge_shard_pick), 0 when every shard has nothing.
+  // The engine's merge (Backend::merge_shard_pick, then ShardPick::sampled_token).
   static ShardPicks merge_shards(const std::vector<ShardPicks>& shards, int64_t rows) {
     ShardPicks m{std::vector<float>(static_cast<size_t>(rows)), std::vector<int32_t>(static_cast<size_t>(rows))};
     for (int64_t r = 0; r < rows; ++r) {
       Backend::ShardPick best;
       for (const ShardPicks& s : shards) Backend::merge_shard_pick(best, s.key[r], s.token[r]);
       m.key[r] = best.key;
-      m.token[r] = best.token == INT32_MAX ? 0 : best.token;
+      m.token[r] = best.sampled_token();
     }
     return m;
   }

@@ -257,17 +257,7 @@ TEST_F(SamplerTest, EmpiricalDistributionMatchesFilteredSoftmax) {
 
 std::vector<int32_t> sample_via(SamplerTest& t, CudaBackend& gpu, const Tensor& logits, const SamplerInputs& in,
                                 Tensor& ids, Buffer& workspace, cuda::PlainSamplerPath path) {
-  cuda::SamplerArgs args;
-  args.logits = logits.as<const float>();
-  args.temperature = in.temperature.as<const float>();
-  args.top_k = in.top_k.as<const int>();
-  args.top_p = in.top_p.as<const float>();
-  args.min_p = in.min_p.as<const float>();
-  args.seed = in.seed.as<const int64_t>();
-  args.step = in.step.as<const int>();
-  args.token_ids = ids.as<int>();
-  args.rows = static_cast<int>(logits.dim(0));
-  args.vocab = static_cast<int>(logits.dim(1));
+  const cuda::SamplerArgs args = CudaBackend::sample_args(logits, in, ids);  // as sample() launches
   cuda::launch_sample_via(args, workspace.data(), workspace.bytes(), gpu.stream(), path);
   gpu.synchronize();
   std::vector<int32_t> out(static_cast<size_t>(args.rows));
@@ -532,23 +522,13 @@ void add_special_rows(std::vector<float>& logits, int64_t vocab, int64_t rows) {
 
 class ShardedSampling : public SamplerTest {
  protected:
-  // One shard through an explicit plain path (shard mode of SamplerArgs), as CudaBackend::sample_shard fills it.
+  // One shard through an explicit plain path, with the arguments CudaBackend::sample_shard launches with.
   ShardPicks shard_via(const Tensor& part, int64_t begin, int64_t valid, const SamplerInputs& in, Buffer& workspace,
                        cuda::PlainSamplerPath path) {
     const int64_t rows = part.dim(0);
     Tensor key = gpu_empty(DType::F32, {rows});
     Tensor token = gpu_empty(DType::I32, {rows});
-    cuda::SamplerArgs args;
-    args.logits = part.as<const float>();
-    args.temperature = in.temperature.as<const float>();
-    args.seed = in.seed.as<const int64_t>();
-    args.step = in.step.as<const int>();
-    args.token_ids = token.as<int>();
-    args.rows = static_cast<int>(rows);
-    args.vocab = static_cast<int>(valid);
-    args.row_stride = part.dim(1);
-    args.best_key = key.as<float>();
-    args.token_offset = static_cast<int>(begin);
+    const cuda::SamplerArgs args = CudaBackend::sample_shard_args(part, begin, valid, in, key, token);
     cuda::launch_sample_via(args, workspace.data(), workspace.bytes(), gpu().stream(), path);
     gpu().synchronize();
     return {read_gpu(key), read_gpu_i32(token)};
