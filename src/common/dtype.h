@@ -9,9 +9,9 @@ enum class DType : uint8_t { F32, BF16, F16, I32, I64 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::BF16: return 2;
+    case DType::BF16:
     case DType::F16: return 2;
+    case DType::F32:
     case DType::I32: return 4;
     case DType::I64: return 8;
   }
