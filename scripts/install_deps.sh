@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian/Ubuntu packages nanovllm builds and checks itself with (clang: fuzzers, format, tidy) (run as root, or with sudo available), and the
-# pinned Qwen3 tokenizer files into the ignored folder third_party_data/.
+# Installs the Debian/Ubuntu packages nanovllm builds and checks itself with (clang for the fuzzers, format
+# and tidy; run as root, or with sudo available), and the pinned Qwen3 tokenizer files into the ignored
+# folder third_party_data/.
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libxxhash-dev libopenblas-dev
