@@ -1,7 +1,7 @@
 #pragma once
 // The Qwen3 (and Qwen2) decoder, written once over the Backend op set. It owns the weights (fused QKV and
 // gate/up, uploaded in the backend's compute dtype) and the activation buffers of the largest step.
-// Under tensor parallelism it holds one rank's shard (see ShardLayout) and adds the seeds' collectives: an
+// Under tensor parallelism it holds one rank's shard (see ShardLayout) and adds the layout's collectives: an
 // all-reduce after the vocabulary-parallel embedding, after o_proj and after down_proj (row-parallel), and
 // the lm_head's vocabulary chunks gathered to rank 0. The two per layer are fused with the residual add and
 // RMSNorm that follow them where the communicator can (reduce_add_norm).

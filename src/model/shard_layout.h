@@ -1,5 +1,5 @@
 #pragma once
-// Which part of the Qwen3 model one tensor-parallel rank holds (Megatron-style, as in the seeds):
+// Which part of the Qwen3 model one tensor-parallel rank holds (Megatron-style, as in nano-vLLM):
 // query heads and the MLP's intermediate columns are divided evenly; KV heads are divided when there are at
 // least as many as ranks and replicated otherwise (vLLM's rule: each rank keeps the one KV head its query
 // heads read); the vocabulary is cut into equal chunks of ceil(V / size) rows, the last one shorter.

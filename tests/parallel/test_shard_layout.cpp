@@ -1,4 +1,4 @@
-// ShardLayout: how the ranks divide Qwen3's heads, MLP and vocabulary (the seeds' Megatron layout, with KV
+// ShardLayout: how the ranks divide Qwen3's heads, MLP and vocabulary (nano-vLLM's Megatron layout, with KV
 // heads replicated when there are fewer than ranks).
 #include <gtest/gtest.h>
 
