@@ -4,24 +4,16 @@
 #include <CLI/CLI.hpp>
 
 #include "common/error.h"
-#include "generate_command.h"
-#ifdef NANOVLLM_HAVE_TOKENIZE_COMMAND
-#include "tokenize_command.h"
-#endif
-#ifdef NANOVLLM_HAVE_BENCH_COMMAND
 #include "bench_command.h"
-#endif
+#include "generate_command.h"
+#include "tokenize_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"nanovllm: a small, fast LLM inference engine for Qwen3 models"};
   app.require_subcommand(1);
   nanovllm::cli::add_generate_command(app);
-#ifdef NANOVLLM_HAVE_TOKENIZE_COMMAND
   nanovllm::cli::add_tokenize_command(app);
-#endif
-#ifdef NANOVLLM_HAVE_BENCH_COMMAND
   nanovllm::cli::add_bench_command(app);
-#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a subcommand's exit code
