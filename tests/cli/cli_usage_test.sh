@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The `nanovllm` command as a new user meets it: --version, a mistyped subcommand, bench from a fresh clone
-# (its default workload and the README's bench example need nothing outside the repository).
-#   cli_usage_test.sh NANOVLLM PROJECT_VERSION REPO_ROOT
+# (its default workload and the README's bench example need nothing outside the repository), the progress
+# report where stderr is not a terminal.
+#   cli_usage_test.sh NANOVLLM PROJECT_VERSION REPO_ROOT MAKE_CHECKPOINT
 set -u
-nv="$1"; version="$2"; repo="$3"
+nv="$1"; version="$2"; repo="$3"; make_ckpt="$4"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 pass=0; fail=0
 ok() { pass=$((pass + 1)); }
@@ -34,6 +35,17 @@ JSON
 (cd "$work" && "$nv" bench --model small.json --device cpu --num-prompts 2 --no-progress >"$work/out" 2>"$work/err"); rc=$?
 [[ $rc -eq 0 ]] && grep -q "workload: 2 prompts, 1157 output tokens" "$work/out" && ok \
   || bad "bench default workload: rc=$rc, $(cat "$work/out" "$work/err")"
+
+# Without a terminal the progress report is plain lines, and it closes with a summary. Three identical 40-token
+# prompts one at a time with 16-token blocks: the second and third find 2 blocks each cached (64 of 120).
+"$make_ckpt" --config "$repo/tools/configs/golden_tied_gqa2.json" --out "$work/m" --seed 5 >/dev/null
+ids=$(python3 -c 'print(",".join(str(i % 500) for i in range(40)))')
+for i in 1 2 3; do echo "{\"prompt_token_ids\": [$ids], \"max_tokens\": 4}"; done >"$work/same.jsonl"
+"$nv" generate --device cpu --model "$work/m" --max-num-seqs 1 --kvcache-block-size 16 --input "$work/same.jsonl" \
+  >"$work/out" 2>"$work/err"; rc=$?
+summary="^nanovllm: 3 requests in [0-9.]+ s: 56 prompt tokens computed, 12 output tokens \([0-9.]+ tok/s\), prefix-cache hit rate 53.3%, 0 preemptions$"
+[[ $rc -eq 0 ]] && grep -qE "$summary" "$work/err" && ! grep -q $'\r' "$work/err" && ok \
+  || bad "progress summary: rc=$rc, $(cat "$work/err")"
 
 echo "cli usage: ${pass} passed, ${fail} failed"
 [[ $fail -eq 0 ]]
