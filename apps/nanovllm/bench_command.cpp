@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 
-#include <nlohmann/json.hpp>
-
+#include "bench_workload.h"
 #include "common/error.h"
 #include "engine/device_support.h"
 #include "engine/llm_engine.h"
@@ -26,37 +24,6 @@ struct BenchArgs {
   int num_prompts = -1;
   int batch_size = 1, input_len = 128, output_len = 256;  // --latency shape
 };
-
-struct Workload {
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<int> max_tokens;
-  float temperature = 0.6f;
-  bool ignore_eos = true;
-  int max_model_len = 4096;
-};
-
-Workload read_workload(const std::string& path, int limit) {
-  std::ifstream in(path);
-  if (!in) throw InvalidInput("cannot open workload '" + path + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput("workload '" + path + "': " + e.what());
-  }
-  Workload w;
-  w.prompts = j.at("prompt_token_ids").get<std::vector<std::vector<int32_t>>>();
-  w.max_tokens = j.at("max_tokens").get<std::vector<int>>();
-  w.temperature = j.value("temperature", 0.6f);
-  w.ignore_eos = j.value("ignore_eos", true);
-  w.max_model_len = j.value("max_model_len", w.max_model_len);
-  if (w.prompts.size() != w.max_tokens.size()) throw InvalidInput("workload: prompts and max_tokens differ in count");
-  if (limit > 0 && limit < static_cast<int>(w.prompts.size())) {
-    w.prompts.resize(limit);
-    w.max_tokens.resize(limit);
-  }
-  return w;
-}
 
 // Where a run's time went: steps by kind, as the engine timed them.
 struct RunTimes {
@@ -94,7 +61,7 @@ RunTimes run_all(LLMEngine& engine, const std::vector<std::vector<int32_t>>& pro
 // The bytes a decode step cannot avoid reading: all weights once per step, and every cached K/V byte of
 // every sequence in it (summed over the tensor-parallel ranks, replicated KV heads included: the cache's own
 // bytes per token). Over the measured read bandwidth this is the workload's floor.
-double workload_floor_bytes(const Workload& w, const LLMEngine& engine) {
+double workload_floor_bytes(const BenchWorkload& w, const LLMEngine& engine) {
   const double kv_per_token = static_cast<double>(engine.kv_cache_bytes()) /
                               (static_cast<double>(engine.num_kvcache_blocks()) * engine.config().kvcache_block_size);
   double kv = 0;
@@ -112,9 +79,10 @@ int run_bench(const BenchArgs& a) {
   if (a.batch_size < 1 || a.input_len < 1 || a.output_len < 2)
     throw InvalidInput("--batch-size and --input-len must be >= 1 and --output-len >= 2");
   EngineConfig config = a.engine.resolve();
-  Workload w;
+  BenchWorkload w;
   if (!a.latency && !a.prefill) {
-    w = read_workload(a.workload, a.num_prompts);
+    w = a.workload.empty() ? nanovllm_bench_workload() : read_bench_workload(a.workload);
+    w.keep_first(a.num_prompts);
     config.max_model_len = std::max(config.max_model_len, w.max_model_len);  // the workload's own setting
   }
   const auto start = Clock::now();
@@ -157,13 +125,12 @@ int run_bench(const BenchArgs& a) {
   }
 
   std::vector<SamplingParams> params(w.prompts.size());
-  long long total_tokens = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     params[i].temperature = w.temperature;
     params[i].ignore_eos = w.ignore_eos;
     params[i].max_tokens = w.max_tokens[i];
-    total_tokens += w.max_tokens[i];
   }
+  const long long total_tokens = w.total_output_tokens();
   const RunTimes t = run_all(engine, w.prompts, params);
   const double total = t.total;
   std::printf("workload: %zu prompts, %lld output tokens in %.2f s: %.0f tok/s (preemptions: %lld)\n",
@@ -191,8 +158,8 @@ void add_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench", "throughput (nano-vLLM's bench workload), --latency or --prefill");
   args->engine.load_format = "dummy";
   args->engine.add_to(*cmd);
-  args->workload = "../shared/bench/nanovllm_bench_workload.json";
-  cmd->add_option("--workload", args->workload, "bench workload JSON (nano-vLLM bench.py)")->capture_default_str();
+  cmd->add_option("--workload", args->workload,
+                  "workload JSON (prompt_token_ids, max_tokens); default: nano-vLLM bench.py's, generated");
   cmd->add_option("--num-prompts", args->num_prompts, "use only the first N prompts of the workload");
   cmd->add_flag("--latency", args->latency, "batch 1, 128-token prompt, 256 output tokens: ms per token");
   cmd->add_option("--batch-size", args->batch_size, "--latency: sequences decoded together")->capture_default_str();

@@ -14,8 +14,7 @@ namespace nanovllm::cli {
 namespace {
 struct GenerateArgs {
   EngineOptions engine;
-  SamplingParams defaults;
-  std::optional<int> logprobs, prompt_logprobs;
+  SamplingOptions sampling;
   std::string input, output;
   std::vector<std::string> prompts;
 };
@@ -43,9 +42,7 @@ std::vector<std::pair<std::optional<ParsedRequest>, std::string>> read_requests(
 }
 
 int run_generate(const GenerateArgs& a) {
-  SamplingParams defaults = a.defaults;
-  defaults.logprobs = a.logprobs;
-  defaults.prompt_logprobs = a.prompt_logprobs;
+  const SamplingParams defaults = a.sampling.resolve(a.engine.config.model);
   defaults.validate();
   std::vector<std::pair<std::optional<ParsedRequest>, std::string>> requests;
   if (!a.input.empty()) requests = read_requests(a.input, defaults);
@@ -104,7 +101,7 @@ void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "generate continuations of prompts");
   args->engine.add_to(*cmd);
-  add_sampling_options(*cmd, args->defaults, args->logprobs, args->prompt_logprobs);
+  args->sampling.add_to(*cmd);
   cmd->add_option("--input", args->input, "requests, one JSON object a line");
   cmd->add_option("--output", args->output, "where to write one JSON line per request (default stdout)");
   cmd->add_option("prompts", args->prompts, "prompt texts");

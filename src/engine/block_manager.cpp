@@ -84,6 +84,10 @@ void BlockManager::allocate(Sequence& seq) {
   while (static_cast<int>(seq.block_table.size()) < num_blocks_needed) seq.block_table.push_back(take_free_block());
   seq.num_cached_tokens = static_cast<int>(hits.size()) * block_size_;
   seq.num_computed_tokens = seq.num_cached_tokens;
+  if (enable_prefix_caching_) {
+    num_prefix_queried_tokens_ += seq.size();
+    num_prefix_hit_tokens_ += seq.num_cached_tokens;
+  }
 }
 
 void BlockManager::deallocate(Sequence& seq) {

@@ -45,6 +45,9 @@ class BlockManager {
   int block_size() const { return block_size_; }
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
   bool prefix_caching_enabled() const { return enable_prefix_caching_; }
+  // Over every allocate() with prefix caching on: tokens looked up, and those found cached (hit rate = ratio).
+  int64_t num_prefix_queried_tokens() const { return num_prefix_queried_tokens_; }
+  int64_t num_prefix_hit_tokens() const { return num_prefix_hit_tokens_; }
 
   // Inspection for tests and stats.
   int ref_count(int block_id) const { return blocks_.at(block_id).ref_count; }
@@ -75,6 +78,7 @@ class BlockManager {
   // Blocks with ref_count 0 (some still cached). Freed blocks go to the back, allocation takes the front, so
   // recently freed (likely shared) blocks stay cached longest.
   std::list<int> free_block_ids_;
+  int64_t num_prefix_queried_tokens_ = 0, num_prefix_hit_tokens_ = 0;
 };
 
 }  // namespace nanovllm

@@ -25,13 +25,26 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, con
       outputs[i].prompt_token_ids = prompts[i].token_ids;
     }
   }
+  // The engine's counters run over its lifetime; the summary covers this call.
+  const auto counters = [this] {
+    return RunCounters{engine_->num_prefix_queried_tokens(), engine_->num_prefix_hit_tokens(),
+                       engine_->num_preemptions()};
+  };
+  const RunCounters before = counters();
   ProgressBar bar(static_cast<int>(index_of.size()), engine_->config().show_progress);
   while (!engine_->is_finished()) {
     std::vector<RequestOutput> done = engine_->step();
     const StepStats& s = engine_->last_step();
-    bar.update(static_cast<int>(done.size()), s.is_prefill, s.num_tokens, s.seconds);
-    for (RequestOutput& out : done) outputs[index_of.at(out.request_id)] = std::move(out);
+    StepProgress step{static_cast<int>(done.size()), 0, s.is_prefill, s.num_tokens, s.seconds};
+    for (RequestOutput& out : done) {
+      step.finished_output_tokens += static_cast<int64_t>(out.token_ids.size());
+      outputs[index_of.at(out.request_id)] = std::move(out);
+    }
+    bar.update(step);
   }
+  const RunCounters after = counters();
+  bar.finish({after.prefix_cache_queried_tokens - before.prefix_cache_queried_tokens,
+              after.prefix_cache_hit_tokens - before.prefix_cache_hit_tokens, after.preemptions - before.preemptions});
   return outputs;
 }
 

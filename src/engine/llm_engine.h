@@ -63,6 +63,8 @@ class LLMEngine {
   size_t weight_bytes() const { return executor_->weight_bytes(); }      // all ranks
   double startup_seconds() const { return startup_seconds_; }
   int64_t num_preemptions() const { return scheduler_->num_preemptions(); }
+  int64_t num_prefix_queried_tokens() const { return scheduler_->block_manager().num_prefix_queried_tokens(); }
+  int64_t num_prefix_hit_tokens() const { return scheduler_->block_manager().num_prefix_hit_tokens(); }
 
  private:
   struct Request;

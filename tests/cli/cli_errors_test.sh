@@ -10,7 +10,7 @@ check() {  # name, expected exit code, regex the single stderr line must match, 
   local name="$1" want_rc="$2" want="$3"; shift 3
   "$@" >"$work/out" 2>"$work/err"; local rc=$?
   local lines; lines=$(grep -vc '^nanovllm: ' "$work/err")
-  if [[ $rc -eq $want_rc ]] && [[ $lines -le 1 ]] && grep -qE "$want" "$work/err"; then
+  if [[ $rc -eq $want_rc ]] && [[ $lines -le 1 ]] && grep -qE -e "$want" "$work/err"; then
     pass=$((pass + 1))
   else
     fail=$((fail + 1)); echo "FAIL $name: rc=$rc (want $want_rc), stderr: $(cat "$work/err")"
@@ -35,6 +35,15 @@ check bad_header 1 "header" "${gen[@]}" --model "$work/hdr" x
 check bad_temperature 1 "temperature must be >= 0" "${gen[@]}" --model "$work/m" --temperature -1 x
 check bad_top_p 1 "top_p" "${gen[@]}" --model "$work/m" --top-p 1.5 x
 check bad_max_tokens 1 "max_tokens" "${gen[@]}" --model "$work/m" --max-tokens 0 x
+check model_is_a_file 1 "--model must be a model folder with config.json.*got a file '.*/m/config.json'" \
+  "${gen[@]}" --model "$work/m/config.json" x
+check bench_model_is_a_file 1 "--model must be a model folder.*--load-format dummy" \
+  "$nv" bench --device cpu --no-progress --load-format auto --model "$work/m/config.json"
+check bad_generation_config_folder 1 "--generation-config must be auto, vllm or a folder with generation_config.json" \
+  "${gen[@]}" --model "$work/m" --generation-config "$work/none" x
+cp -r "$work/m" "$work/gen" && echo '{"temperature": "hot"}' >"$work/gen/generation_config.json"
+check bad_generation_config_field 1 "generation_config.json: field 'temperature' must be a number" \
+  "${gen[@]}" --model "$work/gen" x
 check missing_input 1 "cannot open input file" "${gen[@]}" --model "$work/m" --input "$work/nope.jsonl"
 check unsplittable_tp 1 "tensor_parallel_size 4 does not divide the model's num_attention_heads \(2\)" \
   "${gen[@]}" --model "$work/m" --tensor-parallel-size 4 x

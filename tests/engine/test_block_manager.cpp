@@ -138,6 +138,21 @@ TEST(BlockManager, SharedPrefixLongerThanABlockDivergingMidBlock) {
   EXPECT_EQ(manager.num_free_blocks(), free_before - 2);  // 4 blocks, 2 of them shared
   EXPECT_EQ(manager.ref_count(a.block_table[0]), 2);
   EXPECT_EQ(manager.ref_count(a.block_table[2]), 1);
+  EXPECT_EQ(manager.num_prefix_queried_tokens(), 45 + 57);
+  EXPECT_EQ(manager.num_prefix_hit_tokens(), 32);
+}
+
+TEST(BlockManager, PrefixStatsCountNothingWithCachingOff) {
+  std::mt19937 rng(4);
+  BlockManager manager(20, 16, false);
+  const auto tokens = random_tokens(rng, 40);
+  Sequence a = make_seq(1, tokens), b = make_seq(2, tokens);
+  manager.allocate(a);
+  compute_all(manager, a);
+  manager.allocate(b);
+  EXPECT_EQ(b.num_cached_tokens, 0);
+  EXPECT_EQ(manager.num_prefix_queried_tokens(), 0);
+  EXPECT_EQ(manager.num_prefix_hit_tokens(), 0);
 }
 
 TEST(BlockManager, DivergenceInTheFirstBlockMisses) {

@@ -62,7 +62,7 @@ if [[ " $STEPS " == *" 4 "* ]]; then
 fi
 if [[ " $STEPS " == *" 5 "* ]]; then
   nv="$C/bin/nanovllm"
-  step bench_throughput 200 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --workload "$C/workload.json" --no-progress
+  step bench_throughput 200 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --no-progress
   step bench_latency 90 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --latency --no-progress
   step bench_prefill 90 "$nv" bench --model "$C/Qwen3-0.6B.config.json" --prefill --no-progress
 fi
@@ -75,17 +75,17 @@ if [[ " $STEPS " == *" 6 "* ]]; then
     step tp_tests 300 "$C/build/tests/cuda/parallel/test_cuda_tensor_parallel"
   nv="$C/bin/nanovllm"
   [[ " $STEPS " == *" 5 "* ]] || step bench_0_6b_tp1 120 "$nv" bench --model "$C/Qwen3-0.6B.config.json" \
-    --workload "$C/workload.json" --no-progress  # step 5's bench_throughput otherwise
+    --no-progress  # step 5's bench_throughput otherwise
   for tp in 1 2 4; do
     (( tp <= gpus )) || continue
-    step "bench_8b_tp$tp" 200 "$nv" bench --model "$C/Qwen3-8B.config.json" --workload "$C/workload.json" \
+    step "bench_8b_tp$tp" 200 "$nv" bench --model "$C/Qwen3-8B.config.json" \
       --tensor-parallel-size "$tp" --no-progress
     step "latency_8b_tp$tp" 90 "$nv" bench --model "$C/Qwen3-8B.config.json" --latency --tensor-parallel-size "$tp" \
       --no-progress
   done
   if (( gpus >= 2 )); then  # the same at TP 2 with NCCL for every all-reduce (no peer one-shot path)
     NANOVLLM_PEER_ALL_REDUCE=0 step bench_8b_tp2_nccl_only 200 "$nv" bench --model "$C/Qwen3-8B.config.json" \
-      --workload "$C/workload.json" --tensor-parallel-size 2 --no-progress
+      --tensor-parallel-size 2 --no-progress
     NANOVLLM_PEER_ALL_REDUCE=0 step latency_8b_tp2_nccl_only 90 "$nv" bench --model "$C/Qwen3-8B.config.json" \
       --latency --tensor-parallel-size 2 --no-progress
   fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fills .carry/ (git-ignored, < 64 MiB) with what tools/device/gpu_suite.sh needs: stripped binaries of a
-# CUDA build, the golden checkpoints, the tokenizer files, the Qwen3-0.6B and -8B configs and the bench workload.
+# CUDA build, the golden checkpoints, the tokenizer files and the Qwen3-0.6B and -8B configs.
 #   tools/device/prepare_carry.sh BUILD_DIR
 set -euo pipefail
 build="$1"
@@ -17,8 +17,8 @@ strip -o "$C/bin/nanovllm-make-checkpoint" "$build/tools/make_checkpoint/nanovll
 [[ -f "$build/tests/tokenizer/bench_tokenizer" ]] && strip -o "$C/bin/bench_tokenizer" "$build/tests/tokenizer/bench_tokenizer"  # step 2 only
 bash tests/golden/make_checkpoints.sh "$build/tools/make_checkpoint/nanovllm-make-checkpoint" "$C/golden" >/dev/null
 cp -r third_party_data/qwen3-tokenizer "$C/"
-cp "$(dirname "$0")/../../../shared/models/Qwen3-0.6B.config.json" "$(dirname "$0")/../../../shared/models/Qwen3-8B.config.json" "$C/"
-cp "$(dirname "$0")/../../../shared/bench/nanovllm_bench_workload.json" "$C/workload.json"
+cp tools/configs/qwen3/Qwen3-0.6B.json "$C/Qwen3-0.6B.config.json"
+cp tools/configs/qwen3/Qwen3-8B.json "$C/Qwen3-8B.config.json"
 # Binaries each link the whole CUDA backend; packed they are a quarter of the size (gpu_suite.sh unpacks).
 tar czf "$C/binaries.tgz" -C "$C" build bin && rm -rf "$C/build" "$C/bin"
 du -sh "$C"

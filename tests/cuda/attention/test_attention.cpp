@@ -19,9 +19,7 @@
 #include "backend/cuda/attention_decode_plan.cuh"
 #include "common/error.h"
 #include "common/half_float.h"
-#ifdef NANOVLLM_ATTENTION_TEST_HAVE_CPU_BACKEND
 #include "backend/cpu/cpu_backend.h"
-#endif
 
 namespace nanovllm::attention_test {
 namespace {
@@ -180,7 +178,6 @@ TEST(AttentionArgs, WorkspaceCoversEveryLaunchWithinBounds) {
   }
 }
 
-#ifdef NANOVLLM_ATTENTION_TEST_HAVE_CPU_BACKEND
 // The fp64 reference of this test and CpuBackend::paged_attention read the contract of backend.h the same way
 // (positions, GQA mapping, block tables), on a batch with chunked prefill, prefix hits and decode rows.
 TEST(AttentionReference, AgreesWithCpuBackend) {
@@ -220,7 +217,6 @@ TEST(AttentionReference, AgreesWithCpuBackend) {
   for (size_t i = 0; i < ref.size(); ++i) max_abs = std::max(max_abs, std::abs(static_cast<double>(out[i]) - ref[i]));
   EXPECT_LT(max_abs, 1e-4);  // fp32 against fp64 on identical inputs
 }
-#endif
 
 // ---- Decode -----------------------------------------------------------------------------------------------
 
