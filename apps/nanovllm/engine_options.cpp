@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <string>
 
 #include "common/error.h"
 #include "model/generation_config.h"
@@ -24,6 +25,14 @@ void EngineOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--cpu-kvcache-space", config.cpu_kvcache_space_gib, "GiB of KV cache on the CPU")
       ->capture_default_str();
   cmd.add_flag("!--no-prefix-caching", config.enable_prefix_caching, "disable prefix caching");
+  cmd.add_option_function<std::string>(
+         "--step-policy",
+         [this](const std::string& name) {
+           config.step_policy = name == "prefill-first" ? StepPolicy::PrefillFirst : StepPolicy::DecodeFirst;
+         },
+         "decode-first (vLLM V1: steps mix decode and prefill rows) | prefill-first (nano-vLLM)")
+      ->check(CLI::IsMember({"decode-first", "prefill-first"}))
+      ->default_str("decode-first");
   cmd.add_option("--load-format", load_format, "auto | dummy (random weights from config.json)")
       ->capture_default_str();
   cmd.add_option("--seed", config.seed, "seed of dummy weights and of requests without one")->capture_default_str();

@@ -5,6 +5,15 @@
 
 namespace nanovllm {
 
+// How a step's token budget (max_num_batched_tokens) is shared between running sequences and prompts.
+enum class StepPolicy {
+  // vLLM V1: one decode token for every running sequence first, then prompt chunks in the rest of the budget,
+  // so a step can mix prefill and decode rows and a long prompt never stalls the running streams.
+  DecodeFirst,
+  // nano-vLLM: while a prompt is waiting (and fits) or partly prefilled, steps prefill and nothing decodes.
+  PrefillFirst,
+};
+
 struct EngineConfig {
   std::string model;                   // Hugging Face model folder
   std::string device = "auto";         // auto | cpu | cuda
@@ -18,6 +27,7 @@ struct EngineConfig {
   int num_kvcache_blocks = -1;         // -1 = size from memory
   double cpu_kvcache_space_gib = 4.0;  // CPU backend: KV cache budget (vLLM's VLLM_CPU_KVCACHE_SPACE)
   bool enable_prefix_caching = true;
+  StepPolicy step_policy = StepPolicy::DecodeFirst;
   bool load_dummy_weights = false;     // random weights from config.json alone (vLLM's load_format=dummy)
   uint64_t seed = 0;                   // dummy weights and requests without a seed of their own
   bool show_progress = true;           // progress bar of LLM::generate on stderr

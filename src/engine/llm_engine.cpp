@@ -154,8 +154,8 @@ std::vector<RequestOutput> LLMEngine::step() {
     }
     last_step_.host_before_launch = std::chrono::duration<double>(out.launched - start).count();
     last_step_.sampled_on_shards = out.sampled_on_shards;
-    last_step_.is_prefill = batch.is_prefill;
-    last_step_.num_tokens = batch.is_prefill ? batch.num_tokens : static_cast<int>(batch.items.size());
+    last_step_.is_prefill = batch.has_prefill();
+    last_step_.num_tokens = batch.has_prefill() ? batch.num_tokens : static_cast<int>(batch.items.size());
   } else {
     last_step_ = StepStats{};
   }

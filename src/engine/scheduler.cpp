@@ -28,6 +28,7 @@ Scheduler::Scheduler(const EngineConfig& config, int num_kvcache_blocks, std::ve
     : max_num_batched_tokens_(config.max_num_batched_tokens),
       max_num_seqs_(config.max_num_seqs),
       max_model_len_(config.max_model_len),
+      step_policy_(config.step_policy),
       eos_token_ids_(std::move(eos_token_ids)),
       block_manager_(num_kvcache_blocks, config.kvcache_block_size, config.enable_prefix_caching) {
   require_positive("max_num_batched_tokens", max_num_batched_tokens_);
@@ -72,11 +73,8 @@ void Scheduler::add(std::unique_ptr<Sequence> seq) {
 bool Scheduler::is_finished() const { return waiting_.empty() && running_.empty() && prefilling_ == nullptr; }
 
 ScheduledBatch Scheduler::schedule() {
-  ScheduledBatch batch = schedule_prefill();
-  if (!batch.empty()) return batch;
-  batch = schedule_decode();
-  // Decode can preempt every running sequence (only when one alone outgrows what is free); admit again.
-  if (batch.empty() && !waiting_.empty()) batch = schedule_prefill();
+  ScheduledBatch batch =
+      step_policy_ == StepPolicy::DecodeFirst ? schedule_decode_first() : schedule_prefill_first();
   // add()'s admission rule makes this unreachable; fail loudly rather than let the engine spin.
   if (batch.empty() && !is_finished()) {
     throw EngineError("Scheduler stalled: " + std::to_string(waiting_.size()) + " waiting, " +
@@ -86,62 +84,33 @@ ScheduledBatch Scheduler::schedule() {
   return batch;
 }
 
-ScheduledBatch Scheduler::schedule_prefill() {
+ScheduledBatch Scheduler::schedule_decode_first() {
   ScheduledBatch batch;
-  batch.is_prefill = true;
   int budget = max_num_batched_tokens_;
-
-  // A prefill cut by the budget continues before anything else is admitted.
-  if (prefilling_ != nullptr) {
-    Sequence& seq = *prefilling_;
-    const int remaining = seq.size() - seq.num_computed_tokens;
-    const int num_new = std::min(remaining, budget);
-    batch.items.push_back({&seq, num_new, num_new == remaining});
-    budget -= num_new;
-    if (num_new == remaining) {
-      prefilling_ = nullptr;
-      running_.push_back(&seq);
-    }
-  }
-
-  while (prefilling_ == nullptr && !waiting_.empty() && budget > 0 && num_running() < max_num_seqs_) {
-    Sequence& seq = *waiting_.front();
-    if (!block_manager_.can_allocate(seq)) break;
-    waiting_.pop_front();
-    block_manager_.allocate(seq);
-    seq.status = SequenceStatus::Running;
-    const int remaining = seq.size() - seq.num_computed_tokens;  // >= 1: the last block is never a hit
-    if (remaining <= budget) {
-      batch.items.push_back({&seq, remaining, true});
-      budget -= remaining;
-      running_.push_back(&seq);
-    } else {
-      batch.items.push_back({&seq, budget, false});
-      budget = 0;
-      prefilling_ = &seq;
-    }
-  }
-
-  batch.num_tokens = max_num_batched_tokens_ - budget;
+  schedule_decodes(batch, budget);
+  schedule_prompts(batch, budget);
   return batch;
 }
 
-ScheduledBatch Scheduler::schedule_decode() {
+ScheduledBatch Scheduler::schedule_prefill_first() {
   ScheduledBatch batch;
-  batch.is_prefill = false;
-  // One token per sequence, so the token budget bounds the batch too.
-  const size_t max_batch = static_cast<size_t>(std::min(max_num_seqs_, max_num_batched_tokens_));
+  int budget = max_num_batched_tokens_;
+  schedule_prompts(batch, budget);
+  if (!batch.empty()) return batch;
+  schedule_decodes(batch, budget);
+  // Decode can preempt every running sequence (only when one alone outgrows what is free); admit again.
+  if (batch.empty()) schedule_prompts(batch, budget);
+  return batch;
+}
+
+void Scheduler::schedule_decodes(ScheduledBatch& batch, int& budget) {
   std::vector<Sequence*> scheduled;
-  while (!running_.empty() && scheduled.size() < max_batch) {
+  while (!running_.empty() && budget > 0 && static_cast<int>(scheduled.size()) < max_num_seqs_) {
     Sequence* seq = running_.front();
     running_.pop_front();
     bool fits = true;
     while (!block_manager_.can_append(*seq)) {
-      if (!running_.empty()) {
-        Sequence* newest = running_.back();
-        running_.pop_back();
-        preempt(*newest);
-      } else {
+      if (!preempt_newest()) {
         preempt(*seq);
         fits = false;
         break;
@@ -155,12 +124,52 @@ ScheduledBatch Scheduler::schedule_decode() {
     }
     block_manager_.may_append(*seq);
     scheduled.push_back(seq);
+    --budget;
   }
   // Scheduled sequences go back to the front in order (the oldest stay oldest).
   running_.insert(running_.begin(), scheduled.begin(), scheduled.end());
   for (Sequence* seq : scheduled) batch.items.push_back({seq, 1, true});
-  batch.num_tokens = static_cast<int>(scheduled.size());
-  return batch;
+  batch.num_decode_rows += static_cast<int>(scheduled.size());
+  batch.num_tokens += static_cast<int>(scheduled.size());
+}
+
+// The prefilling sequence was admitted last; then the back of running_ is the newest.
+bool Scheduler::preempt_newest() {
+  if (prefilling_ != nullptr) {
+    preempt(*std::exchange(prefilling_, nullptr));
+    return true;
+  }
+  if (running_.empty()) return false;
+  Sequence* newest = running_.back();
+  running_.pop_back();
+  preempt(*newest);
+  return true;
+}
+
+void Scheduler::schedule_prompts(ScheduledBatch& batch, int& budget) {
+  // A prefill cut by the budget continues before anything else is admitted.
+  if (prefilling_ != nullptr && budget > 0) schedule_chunk(batch, *std::exchange(prefilling_, nullptr), budget);
+  while (prefilling_ == nullptr && !waiting_.empty() && budget > 0 && num_running() < max_num_seqs_) {
+    Sequence& seq = *waiting_.front();
+    if (!block_manager_.can_allocate(seq)) break;
+    waiting_.pop_front();
+    block_manager_.allocate(seq);
+    seq.status = SequenceStatus::Running;
+    schedule_chunk(batch, seq, budget);
+  }
+}
+
+// As much of the rest of seq's prompt as the budget allows (a prefix-cache hit is computed already); a
+// prompt cut short stays the prefilling one.
+void Scheduler::schedule_chunk(ScheduledBatch& batch, Sequence& seq, int& budget) {
+  const int remaining = seq.size() - seq.num_computed_tokens;  // >= 1: the last block is never a hit
+  const int num_new = std::min(remaining, budget);
+  const bool completes = num_new == remaining;
+  batch.items.push_back({&seq, num_new, completes});
+  batch.num_tokens += num_new;
+  budget -= num_new;
+  if (completes) running_.push_back(&seq);
+  else prefilling_ = &seq;
 }
 
 // Preemption by recompute: the blocks are freed (they stay in the prefix cache until reused) and the whole

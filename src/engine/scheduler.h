@@ -1,9 +1,16 @@
 #pragma once
-// Decides each step's batch (nano-vLLM's policy plus chunked prefill) and applies its results.
+// Decides each step's batch and applies its results. One token budget per step (max_num_batched_tokens),
+// shared as config.step_policy says:
+//   DecodeFirst (vLLM V1): one decode token for every running sequence, oldest first, then chunks of the
+//     partly prefilled prompt and of waiting prompts in the rest of the budget. Prefill and decode rows share
+//     a step, so running streams keep getting a token every step while a long prompt is prefilled.
+//   PrefillFirst (nano-vLLM plus chunked prefill): a step prefills while a prompt is partly prefilled or a
+//     waiting one fits, and decodes only otherwise.
 //
 // Queues: `waiting` (FIFO; preempted sequences go back to the front), at most one `prefilling` sequence whose
-// prefill was cut by the token budget, and `running` (admitted, oldest first). While a sequence is prefilling
-// it continues first in every step and nothing is decoded (prefill has priority, as in nano-vLLM).
+// prefill was cut by the token budget (it continues before any other prompt is admitted), and `running`
+// (prefilled, decoding, oldest first). A sequence that needs a KV block when none is free preempts the newest:
+// the prefilling one first, then the newest running one.
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -24,17 +31,22 @@ struct ScheduledSequence {
   bool samples;  // the chunk ends at the sequence's end: the runner samples its next token
 };
 
+// Decode rows (one token of a running sequence) come first, then prompt chunks (prefill rows, recomputation
+// of preempted sequences included).
 struct ScheduledBatch {
   std::vector<ScheduledSequence> items;
-  bool is_prefill = false;
-  int num_tokens = 0;  // sum of num_new_tokens
+  int num_decode_rows = 0;  // items [0, num_decode_rows) are decode rows
+  int num_tokens = 0;       // sum of num_new_tokens
   bool empty() const { return items.empty(); }
+  // Some row computes prompt tokens (a prefill or a mixed step); false: every row decodes one token.
+  bool has_prefill() const { return static_cast<int>(items.size()) > num_decode_rows; }
   int num_samples() const;  // items with samples == true
 };
 
 class Scheduler {
  public:
-  // Uses max_num_batched_tokens, max_num_seqs, max_model_len, kvcache_block_size and enable_prefix_caching.
+  // Uses max_num_batched_tokens, max_num_seqs, max_model_len, kvcache_block_size, enable_prefix_caching and
+  // step_policy.
   Scheduler(const EngineConfig& config, int num_kvcache_blocks, std::vector<int32_t> eos_token_ids);
 
   // Takes ownership. Throws InvalidInput for an empty prompt, a prompt longer than max_model_len, bad sampling
@@ -70,8 +82,15 @@ class Scheduler {
   int64_t num_preemptions() const { return num_preemptions_; }
 
  private:
-  ScheduledBatch schedule_prefill();
-  ScheduledBatch schedule_decode();
+  ScheduledBatch schedule_decode_first();
+  ScheduledBatch schedule_prefill_first();
+  // Each appends to `batch` and spends `budget`.
+  void schedule_decodes(ScheduledBatch& batch, int& budget);
+  void schedule_prompts(ScheduledBatch& batch, int& budget);
+  void schedule_chunk(ScheduledBatch& batch, Sequence& seq, int& budget);
+  // Preempts the newest sequence that holds blocks, besides the one being decoded (out of running_ by then);
+  // false when there is none.
+  bool preempt_newest();
   void preempt(Sequence& seq);
   FinishReason check_finish(const Sequence& seq) const;
   void finish_sequence(Sequence& seq, FinishReason reason);  // removes it from wherever it is
@@ -80,6 +99,7 @@ class Scheduler {
   int max_num_batched_tokens_;
   int max_num_seqs_;
   int max_model_len_;
+  StepPolicy step_policy_;
   std::vector<int32_t> eos_token_ids_;
   BlockManager block_manager_;
   std::unordered_map<int64_t, std::unique_ptr<Sequence>> sequences_;

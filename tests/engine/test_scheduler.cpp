@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <random>
+#include <span>
 
 #include "common/error.h"
 #include "engine/scheduler.h"
@@ -23,6 +24,14 @@ std::vector<int32_t> fake_samples(const ScheduledBatch& batch) {
     if (item.samples) sampled.push_back(fake_next_token(item.seq->seq_id, item.seq->size()));
   }
   return sampled;
+}
+
+std::span<const ScheduledSequence> decode_rows(const ScheduledBatch& batch) {
+  return std::span(batch.items).first(batch.num_decode_rows);
+}
+
+std::span<const ScheduledSequence> prefill_rows(const ScheduledBatch& batch) {
+  return std::span(batch.items).subspan(batch.num_decode_rows);
 }
 
 // schedule + fake model + postprocess.
@@ -61,7 +70,7 @@ TEST(Scheduler, PrefillThenDecode) {
   EXPECT_EQ(scheduler.num_waiting(), 1);
 
   ScheduledBatch prefill = scheduler.schedule();
-  ASSERT_TRUE(prefill.is_prefill);
+  ASSERT_TRUE(prefill.has_prefill());
   ASSERT_EQ(prefill.items.size(), 1u);
   EXPECT_EQ(prefill.items[0].seq, seq);
   EXPECT_EQ(prefill.items[0].num_new_tokens, 21);
@@ -75,7 +84,7 @@ TEST(Scheduler, PrefillThenDecode) {
   EXPECT_EQ(scheduler.num_running(), 1);
 
   ScheduledBatch decode = scheduler.schedule();
-  ASSERT_FALSE(decode.is_prefill);
+  ASSERT_FALSE(decode.has_prefill());
   ASSERT_EQ(decode.items.size(), 1u);
   EXPECT_EQ(decode.items[0].num_new_tokens, 1);
   EXPECT_TRUE(decode.items[0].samples);
@@ -96,16 +105,16 @@ TEST(Scheduler, PrefillThenDecode) {
   EXPECT_EQ(scheduler.find(1), nullptr);
 }
 
-TEST(Scheduler, ContinuousBatchingUnderMaxNumSeqs) {
+TEST(Scheduler, ContinuousBatchingUnderMaxNumSeqsPrefillFirst) {
   std::mt19937 rng(2);
-  Scheduler scheduler(small_config(16, 1024, 2, 1024), 64, {kEos});
+  Scheduler scheduler(small_config(16, 1024, 2, 1024, StepPolicy::PrefillFirst), 64, {kEos});
   add(scheduler, 1, random_tokens(rng, 10), params_with(2));
   add(scheduler, 2, random_tokens(rng, 11), params_with(4));
   add(scheduler, 3, random_tokens(rng, 12), params_with(4));
   add(scheduler, 4, random_tokens(rng, 13), params_with(4));
 
   ScheduledBatch b1 = step(scheduler);  // admits 1 and 2 only: at most 2 sequences run
-  ASSERT_TRUE(b1.is_prefill);
+  ASSERT_TRUE(b1.has_prefill());
   ASSERT_EQ(b1.items.size(), 2u);
   EXPECT_EQ(b1.items[0].seq->seq_id, 1);
   EXPECT_EQ(b1.items[1].seq->seq_id, 2);
@@ -113,19 +122,19 @@ TEST(Scheduler, ContinuousBatchingUnderMaxNumSeqs) {
   EXPECT_EQ(scheduler.num_running(), 2);
 
   ScheduledBatch b2 = step(scheduler);  // decode both; 1 reaches max_tokens = 2
-  ASSERT_FALSE(b2.is_prefill);
+  ASSERT_FALSE(b2.has_prefill());
   EXPECT_EQ(b2.items.size(), 2u);
   ASSERT_EQ(scheduler.take_finished().size(), 1u);
   EXPECT_EQ(scheduler.num_running(), 1);
 
   ScheduledBatch b3 = step(scheduler);  // a slot is free: 3 is admitted, decoding waits one step
-  ASSERT_TRUE(b3.is_prefill);
+  ASSERT_TRUE(b3.has_prefill());
   ASSERT_EQ(b3.items.size(), 1u);
   EXPECT_EQ(b3.items[0].seq->seq_id, 3);
   EXPECT_EQ(b3.items[0].num_new_tokens, 12);
 
   ScheduledBatch b4 = step(scheduler);
-  ASSERT_FALSE(b4.is_prefill);
+  ASSERT_FALSE(b4.has_prefill());
   ASSERT_EQ(b4.items.size(), 2u);
   EXPECT_EQ(b4.items[0].seq->seq_id, 2);  // oldest first
   EXPECT_EQ(b4.items[1].seq->seq_id, 3);
@@ -139,13 +148,13 @@ TEST(Scheduler, ContinuousBatchingUnderMaxNumSeqs) {
   EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 64);
 }
 
-TEST(Scheduler, TokenBudgetChunksTheLastAdmittedPrompt) {
+TEST(Scheduler, TokenBudgetChunksTheLastAdmittedPromptPrefillFirst) {
   std::mt19937 rng(3);
-  Scheduler scheduler(small_config(16, 32, 8, 1024), 64, {kEos});
+  Scheduler scheduler(small_config(16, 32, 8, 1024, StepPolicy::PrefillFirst), 64, {kEos});
   for (int id = 1; id <= 4; ++id) add(scheduler, id, random_tokens(rng, 10), params_with(2));
 
   ScheduledBatch b1 = step(scheduler);
-  ASSERT_TRUE(b1.is_prefill);
+  ASSERT_TRUE(b1.has_prefill());
   ASSERT_EQ(b1.items.size(), 4u);
   EXPECT_EQ(b1.num_tokens, 32);
   for (int i = 0; i < 3; ++i) {
@@ -159,7 +168,7 @@ TEST(Scheduler, TokenBudgetChunksTheLastAdmittedPrompt) {
   EXPECT_EQ(fourth->size(), 10);  // no token sampled for a partial prefill
 
   ScheduledBatch b2 = step(scheduler);  // the rest of 4 before any decoding
-  ASSERT_TRUE(b2.is_prefill);
+  ASSERT_TRUE(b2.has_prefill());
   ASSERT_EQ(b2.items.size(), 1u);
   EXPECT_EQ(b2.items[0].seq, fourth);
   EXPECT_EQ(b2.items[0].num_new_tokens, 8);
@@ -167,19 +176,19 @@ TEST(Scheduler, TokenBudgetChunksTheLastAdmittedPrompt) {
   EXPECT_EQ(fourth->size(), 11);
 
   ScheduledBatch b3 = step(scheduler);
-  ASSERT_FALSE(b3.is_prefill);
+  ASSERT_FALSE(b3.has_prefill());
   EXPECT_EQ(b3.items.size(), 4u);
 }
 
-TEST(Scheduler, ChunkedPrefillOfALongPromptBlocksDecoding) {
+TEST(Scheduler, ChunkedPrefillOfALongPromptBlocksDecodingPrefillFirst) {
   std::mt19937 rng(4);
-  Scheduler scheduler(small_config(16, 64, 8, 1024), 64, {kEos});
+  Scheduler scheduler(small_config(16, 64, 8, 1024, StepPolicy::PrefillFirst), 64, {kEos});
   Sequence* short_seq = add(scheduler, 1, random_tokens(rng, 5), params_with(10));
   const auto long_prompt = random_tokens(rng, 200);
   Sequence* long_seq = add(scheduler, 2, long_prompt, params_with(3));
 
   ScheduledBatch b1 = step(scheduler);
-  ASSERT_TRUE(b1.is_prefill);
+  ASSERT_TRUE(b1.has_prefill());
   ASSERT_EQ(b1.items.size(), 2u);
   EXPECT_EQ(b1.items[0].num_new_tokens, 5);
   EXPECT_TRUE(b1.items[0].samples);
@@ -191,7 +200,7 @@ TEST(Scheduler, ChunkedPrefillOfALongPromptBlocksDecoding) {
   int computed = 59;
   for (int expected : {64, 64, 13}) {
     ScheduledBatch batch = step(scheduler);
-    ASSERT_TRUE(batch.is_prefill) << "no decoding while a prefill is unfinished";
+    ASSERT_TRUE(batch.has_prefill()) << "no decoding while a prefill is unfinished";
     ASSERT_EQ(batch.items.size(), 1u);
     EXPECT_EQ(batch.items[0].seq, long_seq);
     EXPECT_EQ(batch.items[0].num_new_tokens, expected);
@@ -203,17 +212,216 @@ TEST(Scheduler, ChunkedPrefillOfALongPromptBlocksDecoding) {
   EXPECT_EQ(short_seq->size(), 6);
 
   ScheduledBatch decode = step(scheduler);
-  ASSERT_FALSE(decode.is_prefill);
+  ASSERT_FALSE(decode.has_prefill());
   EXPECT_EQ(decode.items.size(), 2u);
   EXPECT_EQ(long_seq->completion_token_ids()[0], fake_next_token(2, 200));
 
   // The long prompt's blocks were registered chunk by chunk: a copy of it hits all 12 full blocks.
   Sequence* copy = add(scheduler, 3, long_prompt, params_with(1));
   ScheduledBatch b = scheduler.schedule();
-  ASSERT_TRUE(b.is_prefill);
+  ASSERT_TRUE(b.has_prefill());
   EXPECT_EQ(copy->num_cached_tokens, 192);
   EXPECT_EQ(b.items[0].num_new_tokens, 8);
   scheduler.postprocess(b, fake_samples(b));
+}
+
+// Decode-first (vLLM V1): every running sequence decodes one token, oldest first, then prompts fill the rest
+// of the budget: several may be admitted, the last one cut; the cut one continues next step after the decodes.
+TEST(Scheduler, DecodeFirstMixesDecodeRowsAndPromptChunks) {
+  std::mt19937 rng(22);
+  Scheduler scheduler(small_config(16, 32, 8, 1024, StepPolicy::DecodeFirst), 64, {kEos});
+  add(scheduler, 1, random_tokens(rng, 10), params_with(20));
+  add(scheduler, 2, random_tokens(rng, 10), params_with(20));
+  ScheduledBatch b1 = step(scheduler);
+  EXPECT_EQ(b1.num_decode_rows, 0);
+  EXPECT_EQ(b1.num_tokens, 20);
+
+  add(scheduler, 3, random_tokens(rng, 8), params_with(20));
+  add(scheduler, 4, random_tokens(rng, 8), params_with(20));
+  Sequence* fifth = add(scheduler, 5, random_tokens(rng, 20), params_with(20));
+  ScheduledBatch b2 = step(scheduler);
+  ASSERT_TRUE(b2.has_prefill());
+  ASSERT_EQ(b2.num_decode_rows, 2);
+  ASSERT_EQ(b2.items.size(), 5u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(b2.items[i].seq->seq_id, i + 1);
+    EXPECT_EQ(b2.items[i].num_new_tokens, 1);
+    EXPECT_TRUE(b2.items[i].samples);
+  }
+  EXPECT_EQ(b2.items[2].seq->seq_id, 3);
+  EXPECT_EQ(b2.items[2].num_new_tokens, 8);
+  EXPECT_EQ(b2.items[3].seq->seq_id, 4);
+  EXPECT_EQ(b2.items[3].num_new_tokens, 8);
+  EXPECT_EQ(b2.items[4].seq, fifth);
+  EXPECT_EQ(b2.items[4].num_new_tokens, 14);  // 32 - 2 decodes - 16: cut
+  EXPECT_FALSE(b2.items[4].samples);
+  EXPECT_EQ(b2.num_tokens, 32);
+  EXPECT_EQ(scheduler.num_running(), 5);
+
+  Sequence* sixth = add(scheduler, 6, random_tokens(rng, 5), params_with(20));
+  ScheduledBatch b3 = step(scheduler);  // 1..4 decode, the rest of 5, then 6 is admitted
+  ASSERT_EQ(b3.num_decode_rows, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(b3.items[i].seq->seq_id, i + 1);
+  ASSERT_EQ(b3.items.size(), 6u);
+  EXPECT_EQ(b3.items[4].seq, fifth);
+  EXPECT_EQ(b3.items[4].num_new_tokens, 6);
+  EXPECT_TRUE(b3.items[4].samples);
+  EXPECT_EQ(b3.items[5].seq, sixth);
+  EXPECT_EQ(b3.items[5].num_new_tokens, 5);
+  EXPECT_EQ(b3.num_tokens, 15);
+
+  ScheduledBatch b4 = step(scheduler);
+  EXPECT_FALSE(b4.has_prefill());
+  EXPECT_EQ(b4.num_decode_rows, 6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(b4.items[i].seq->seq_id, i + 1);  // oldest first
+}
+
+// Three sequences decode while a 1,091-token prompt arrives (budget 256). Decode-first: each of the five steps
+// of its prefill also gives every running sequence a token. Prefill-first: five steps without a decode token.
+TEST(Scheduler, LongPromptStallsRunningSequencesOnlyUnderPrefillFirst) {
+  struct StepShape {
+    int decode_rows, prefill_tokens;
+    bool operator==(const StepShape&) const = default;
+  };
+  auto run = [](StepPolicy policy) {
+    std::mt19937 rng(23);
+    Scheduler scheduler(small_config(16, 256, 8, 2048, policy), 200, {kEos});
+    std::vector<Sequence*> running;
+    for (int id = 1; id <= 3; ++id) running.push_back(add(scheduler, id, random_tokens(rng, 20), params_with(100)));
+    step(scheduler);
+    Sequence* long_seq = add(scheduler, 4, random_tokens(rng, 1091), params_with(5));
+    std::vector<StepShape> shapes;
+    while (long_seq->num_completion_tokens() == 0) {
+      std::vector<int> sizes;
+      for (Sequence* seq : running) sizes.push_back(seq->size());
+      ScheduledBatch batch = step(scheduler);
+      int prefill_tokens = 0;
+      for (const auto& item : prefill_rows(batch)) {
+        EXPECT_EQ(item.seq, long_seq);
+        prefill_tokens += item.num_new_tokens;
+      }
+      for (size_t i = 0; i < decode_rows(batch).size(); ++i) {
+        EXPECT_EQ(batch.items[i].seq, running[i]);  // oldest first
+        EXPECT_EQ(running[i]->size(), sizes[i] + 1);
+      }
+      shapes.push_back({batch.num_decode_rows, prefill_tokens});
+      if (shapes.size() > 10) break;
+    }
+    return shapes;
+  };
+  const std::vector<StepShape> decode_first = {{3, 253}, {3, 253}, {3, 253}, {3, 253}, {3, 79}};
+  const std::vector<StepShape> prefill_first = {{0, 256}, {0, 256}, {0, 256}, {0, 256}, {0, 67}};
+  EXPECT_TRUE(run(StepPolicy::DecodeFirst) == decode_first);
+  EXPECT_TRUE(run(StepPolicy::PrefillFirst) == prefill_first);
+}
+
+// A decode that needs a KV block when none is free preempts the partly prefilled sequence (the newest), not a
+// running one; re-admitted later, it skips its computed full block through the prefix cache.
+TEST(Scheduler, DecodeFirstPreemptsThePrefillingSequenceFirst) {
+  std::mt19937 rng(24);
+  // 6 blocks of 16: A (16 tokens) and B (8) take one block each, P (64) the other four.
+  Scheduler scheduler(small_config(16, 40, 8, 1024, StepPolicy::DecodeFirst), 6, {kEos});
+  Sequence* a = add(scheduler, 1, random_tokens(rng, 16), params_with(4));
+  Sequence* b = add(scheduler, 2, random_tokens(rng, 8), params_with(4));
+  Sequence* p = add(scheduler, 3, random_tokens(rng, 64), params_with(2));
+  ScheduledBatch b1 = step(scheduler);
+  ASSERT_EQ(b1.items.size(), 3u);
+  ASSERT_EQ(p->num_computed_tokens, 16);  // one full block, registered in the prefix cache
+  ASSERT_EQ(scheduler.block_manager().num_free_blocks(), 0);
+
+  ScheduledBatch b2 = step(scheduler);  // A's next token needs a second block
+  EXPECT_EQ(scheduler.num_preemptions(), 1);
+  EXPECT_EQ(p->status, SequenceStatus::Waiting);
+  EXPECT_TRUE(p->block_table.empty());
+  EXPECT_FALSE(b2.has_prefill());  // P does not fit again yet
+  ASSERT_EQ(b2.num_decode_rows, 2);
+  EXPECT_EQ(b2.items[0].seq, a);
+  EXPECT_EQ(b2.items[1].seq, b);
+  EXPECT_EQ(scheduler.num_waiting(), 1);
+
+  bool readmitted = false;
+  for (int steps = 0; !scheduler.is_finished() && steps < 100; ++steps) {
+    ScheduledBatch batch = scheduler.schedule();
+    for (const auto& item : prefill_rows(batch)) {
+      if (item.seq != p || readmitted) continue;
+      readmitted = true;
+      EXPECT_EQ(p->num_cached_tokens, 16);
+      EXPECT_EQ(p->num_computed_tokens, 16);
+    }
+    scheduler.postprocess(batch, fake_samples(batch));
+  }
+  EXPECT_TRUE(readmitted);
+  EXPECT_EQ(scheduler.num_preemptions(), 1);
+  for (Sequence* seq : {a, b, p}) {
+    EXPECT_EQ(seq->finish_reason, FinishReason::Length);
+    for (int k = 0; k < seq->num_completion_tokens(); ++k)
+      EXPECT_EQ(seq->completion_token_ids()[k], fake_next_token(seq->seq_id, seq->num_prompt_tokens + k));
+  }
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 6);
+}
+
+// A prompt admitted next to a decoding sequence starts after its prefix-cache hit.
+TEST(Scheduler, DecodeFirstPrefixCacheHitInAMixedStep) {
+  std::mt19937 rng(25);
+  Scheduler scheduler(small_config(16, 256, 8, 1024, StepPolicy::DecodeFirst), 32, {kEos});
+  const auto prompt = random_tokens(rng, 40);
+  Sequence* first = add(scheduler, 1, prompt, params_with(10));
+  step(scheduler);  // blocks 0 and 1 of the prompt are computed and registered
+  std::vector<int32_t> shared(prompt.begin(), prompt.begin() + 32);
+  Sequence* second = add(scheduler, 2, test::concat(shared, random_tokens(rng, 8)), params_with(10));
+  ScheduledBatch batch = step(scheduler);
+  ASSERT_EQ(batch.items.size(), 2u);
+  EXPECT_EQ(batch.num_decode_rows, 1);
+  EXPECT_EQ(batch.items[0].seq, first);
+  EXPECT_EQ(batch.items[1].seq, second);
+  EXPECT_EQ(second->num_cached_tokens, 32);
+  EXPECT_EQ(batch.items[1].num_new_tokens, 8);
+  EXPECT_TRUE(batch.items[1].samples);
+  EXPECT_EQ(batch.num_tokens, 9);
+  EXPECT_EQ(second->block_table[0], first->block_table[0]);
+  EXPECT_EQ(second->block_table[1], first->block_table[1]);
+}
+
+// max_num_seqs counts decoding and prefilling sequences alike: a step admits only up to it, and the decodes
+// that fill the budget leave prompts waiting.
+TEST(Scheduler, DecodeFirstAdmitsWithinMaxNumSeqsAndTheBudget) {
+  std::mt19937 rng(26);
+  Scheduler scheduler(small_config(16, 1024, 3, 1024, StepPolicy::DecodeFirst), 64, {kEos});
+  add(scheduler, 1, random_tokens(rng, 10), params_with(2));
+  add(scheduler, 2, random_tokens(rng, 10), params_with(10));
+  step(scheduler);
+  for (int id = 3; id <= 5; ++id) add(scheduler, id, random_tokens(rng, 10), params_with(10));
+  ScheduledBatch b2 = step(scheduler);  // 1 and 2 decode (1 finishes), one slot is left: 3 only
+  ASSERT_EQ(b2.num_decode_rows, 2);
+  ASSERT_EQ(b2.items.size(), 3u);
+  EXPECT_EQ(b2.items[2].seq->seq_id, 3);
+  EXPECT_EQ(scheduler.num_waiting(), 2);
+  scheduler.take_finished();
+  ScheduledBatch b3 = step(scheduler);  // 1's slot goes to 4
+  ASSERT_EQ(b3.num_decode_rows, 2);
+  ASSERT_EQ(b3.items.size(), 3u);
+  EXPECT_EQ(b3.items[0].seq->seq_id, 2);
+  EXPECT_EQ(b3.items[1].seq->seq_id, 3);
+  EXPECT_EQ(b3.items[2].seq->seq_id, 4);
+
+  // A budget of 2 tokens and two decoding sequences: the waiting prompt gets nothing until one finishes.
+  Scheduler tight(small_config(16, 2, 8, 1024, StepPolicy::DecodeFirst), 64, {kEos});
+  add(tight, 1, random_tokens(rng, 1), params_with(3));
+  add(tight, 2, random_tokens(rng, 1), params_with(5));
+  ASSERT_EQ(step(tight).items.size(), 2u);
+  Sequence* waiting = add(tight, 3, random_tokens(rng, 4), params_with(1));
+  for (int i = 0; i < 2; ++i) {
+    ScheduledBatch batch = step(tight);
+    EXPECT_FALSE(batch.has_prefill()) << "step " << i;
+    EXPECT_EQ(batch.num_decode_rows, 2);
+  }
+  EXPECT_EQ(waiting->status, SequenceStatus::Waiting);
+  ScheduledBatch after = step(tight);  // 1 finished: one decode, one prompt token
+  EXPECT_EQ(after.num_decode_rows, 1);
+  ASSERT_EQ(after.items.size(), 2u);
+  EXPECT_EQ(after.items[1].seq, waiting);
+  EXPECT_EQ(after.items[1].num_new_tokens, 1);
+  EXPECT_FALSE(after.items[1].samples);
 }
 
 TEST(Scheduler, PromptLongerThanTheBudgetWithOthersWaiting) {
@@ -231,11 +439,20 @@ TEST(Scheduler, PromptLongerThanTheBudgetWithOthersWaiting) {
   EXPECT_EQ(chunks, expected);
 }
 
-TEST(Scheduler, PreemptsTheNewestAndRecomputesIt) {
+// Behaviour both step policies share.
+class SchedulerUnderEachPolicy : public ::testing::TestWithParam<StepPolicy> {};
+
+INSTANTIATE_TEST_SUITE_P(Policies, SchedulerUnderEachPolicy,
+                         ::testing::Values(StepPolicy::DecodeFirst, StepPolicy::PrefillFirst),
+                         [](const ::testing::TestParamInfo<StepPolicy>& info) {
+                           return test::step_policy_name(info.param);
+                         });
+
+TEST_P(SchedulerUnderEachPolicy, PreemptsTheNewestAndRecomputesIt) {
   std::mt19937 rng(6);
   // 6 blocks of 16: three sequences of 20-token prompts (2 blocks each) fill the cache; growing past 32 tokens
   // needs a third block each.
-  Scheduler scheduler(small_config(16, 1024, 8, 1024), 6, {kEos});
+  Scheduler scheduler(small_config(16, 1024, 8, 1024, GetParam()), 6, {kEos});
   std::vector<Sequence*> seqs;
   std::vector<std::vector<int32_t>> prompts;
   for (int id = 1; id <= 3; ++id) {
@@ -247,9 +464,9 @@ TEST(Scheduler, PreemptsTheNewestAndRecomputesIt) {
   while (!scheduler.is_finished() && steps++ < 1000) {
     ScheduledBatch batch = scheduler.schedule();
     ASSERT_FALSE(batch.empty());
-    for (const auto& item : batch.items) {
+    for (const auto& item : prefill_rows(batch)) {
       // A re-admitted sequence prefills its prompt and the tokens generated so far again.
-      if (batch.is_prefill && item.seq->num_completion_tokens() > 0) {
+      if (item.seq->num_completion_tokens() > 0) {
         saw_recompute = true;
         EXPECT_EQ(item.num_new_tokens, item.seq->size() - item.seq->num_cached_tokens);
         EXPECT_TRUE(item.samples);
@@ -271,10 +488,10 @@ TEST(Scheduler, PreemptsTheNewestAndRecomputesIt) {
   EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 6);
 }
 
-TEST(Scheduler, PreemptedSequenceGoesBackToTheFrontOfWaiting) {
+TEST_P(SchedulerUnderEachPolicy, PreemptedSequenceGoesBackToTheFrontOfWaiting) {
   std::mt19937 rng(7);
   // 4 blocks: 1 and 2 take 2 blocks each (prompts of 32); at 33 tokens both need a third block.
-  Scheduler scheduler(small_config(16, 1024, 8, 1024), 4, {kEos});
+  Scheduler scheduler(small_config(16, 1024, 8, 1024, GetParam()), 4, {kEos});
   add(scheduler, 1, random_tokens(rng, 32), params_with(20));
   add(scheduler, 2, random_tokens(rng, 32), params_with(20));
   add(scheduler, 3, random_tokens(rng, 40), params_with(3));
@@ -282,7 +499,7 @@ TEST(Scheduler, PreemptedSequenceGoesBackToTheFrontOfWaiting) {
   EXPECT_EQ(scheduler.num_running(), 2);
   EXPECT_EQ(scheduler.num_waiting(), 1);
   ScheduledBatch decode = step(scheduler);  // 1 needs a block: 2 (the newest) is preempted
-  ASSERT_FALSE(decode.is_prefill);
+  ASSERT_FALSE(decode.has_prefill());
   ASSERT_EQ(decode.items.size(), 1u);
   EXPECT_EQ(decode.items[0].seq->seq_id, 1);
   EXPECT_EQ(scheduler.num_preemptions(), 1);
@@ -295,9 +512,7 @@ TEST(Scheduler, PreemptedSequenceGoesBackToTheFrontOfWaiting) {
   std::vector<int64_t> admitted;
   for (int steps = 0; !scheduler.is_finished() && steps < 1000; ++steps) {
     ScheduledBatch batch = step(scheduler);
-    if (batch.is_prefill) {
-      for (const auto& item : batch.items) admitted.push_back(item.seq->seq_id);
-    }
+    for (const auto& item : prefill_rows(batch)) admitted.push_back(item.seq->seq_id);
   }
   ASSERT_GE(admitted.size(), 2u);
   EXPECT_EQ(admitted[0], 2);
@@ -400,7 +615,7 @@ TEST(Scheduler, AbortWaitingRunningAndPrefilling) {
   EXPECT_EQ(waiting->finish_reason, FinishReason::Abort);
 
   ScheduledBatch batch = scheduler.schedule();  // only 1 is left: it decodes
-  ASSERT_FALSE(batch.is_prefill);
+  ASSERT_FALSE(batch.has_prefill());
   ASSERT_EQ(batch.items.size(), 1u);
   scheduler.abort(1);  // between schedule() and postprocess(): the result is dropped
   scheduler.postprocess(batch, fake_samples(batch));

@@ -2,7 +2,9 @@
 // each position's KV as a hash of the prefix it depends on. Checks, every step, that the batch respects the
 // limits, that every token attended to was written by an earlier step into the slot the block table names,
 // that no shared block is ever written, and that ref counts and the free list agree; at the end, that every
-// block is free and every request got exactly the tokens it should.
+// block is free and every request got exactly the tokens it should. Every case runs under both step policies:
+// decode-first must give every decoding sequence its token each step (unless preempted, or more of them than the
+// budget), prefill-first must never mix prefill and decode rows.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -10,6 +12,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "common/error.h"
 #include "engine/scheduler.h"
@@ -60,12 +63,13 @@ struct Expected {
   int num_tokens;  // completion tokens when it runs to the end
 };
 
-class SchedulerSimulation : public ::testing::TestWithParam<SimulationCase> {};
+class SchedulerSimulation : public ::testing::TestWithParam<std::tuple<SimulationCase, StepPolicy>> {};
 
 TEST_P(SchedulerSimulation, RandomRequestsAllFinishWithoutLeaks) {
-  const SimulationCase c = GetParam();
+  const auto [c, policy] = GetParam();
   std::mt19937 rng(c.seed);
-  EngineConfig config = test::small_config(c.block_size, c.max_num_batched_tokens, c.max_num_seqs, c.max_model_len);
+  EngineConfig config =
+      test::small_config(c.block_size, c.max_num_batched_tokens, c.max_num_seqs, c.max_model_len, policy);
   config.enable_prefix_caching = c.prefix_caching;
   Scheduler scheduler(config, c.num_blocks, {kEos});
   const int capacity_tokens = c.num_blocks * c.block_size;
@@ -108,16 +112,40 @@ TEST_P(SchedulerSimulation, RandomRequestsAllFinishWithoutLeaks) {
   const BlockManager& blocks = scheduler.block_manager();
   int steps = 0;
   int64_t cached_tokens = 0;  // prefix-cache hits at admission
+  std::set<int64_t> decoding;  // prefilled and sampled since their last admission, as of the last postprocess
 
   while (!scheduler.is_finished() || next_id < total_requests) {
     ASSERT_LT(++steps, 20000) << "no progress";
     if (next_id < total_requests && rng() % 10 < 3) add_random_request();
     if (scheduler.is_finished()) continue;
 
+    std::erase_if(decoding, [&](int64_t id) {
+      const Sequence* seq = scheduler.find(id);
+      return seq == nullptr || seq->status != SequenceStatus::Running;
+    });
     ScheduledBatch batch = scheduler.schedule();
     ASSERT_FALSE(batch.empty()) << "unfinished work but nothing scheduled at step " << steps;
     ASSERT_LE(static_cast<int>(batch.items.size()), c.max_num_seqs);
     ASSERT_LE(batch.num_tokens, c.max_num_batched_tokens);
+    ASSERT_LE(batch.num_decode_rows, static_cast<int>(batch.items.size()));
+    if (policy == StepPolicy::PrefillFirst) {
+      ASSERT_TRUE(batch.num_decode_rows == 0 || !batch.has_prefill()) << "a mixed step at step " << steps;
+    }
+    // Preempted by this schedule(): back to waiting, no longer decoding.
+    std::erase_if(decoding, [&](int64_t id) { return scheduler.find(id)->status == SequenceStatus::Waiting; });
+    std::set<int64_t> decoded;
+    for (int i = 0; i < batch.num_decode_rows; ++i) {
+      const ScheduledSequence& item = batch.items[i];
+      ASSERT_TRUE(decoding.contains(item.seq->seq_id)) << "decode row of a sequence that is not decoding";
+      ASSERT_EQ(item.num_new_tokens, 1);
+      decoded.insert(item.seq->seq_id);
+    }
+    for (size_t i = batch.num_decode_rows; i < batch.items.size(); ++i) {
+      ASSERT_FALSE(decoding.contains(batch.items[i].seq->seq_id)) << "prefill row of a decoding sequence";
+    }
+    if (policy == StepPolicy::DecodeFirst && static_cast<int>(decoding.size()) <= c.max_num_batched_tokens) {
+      ASSERT_EQ(decoded, decoding) << "a decoding sequence got no token at step " << steps;
+    }
     int sum = 0;
     std::vector<int32_t> sampled;
     for (const auto& item : batch.items) {
@@ -129,9 +157,6 @@ TEST_P(SchedulerSimulation, RandomRequestsAllFinishWithoutLeaks) {
       ASSERT_GE(item.num_new_tokens, 1);
       ASSERT_LE(end, seq.size());
       ASSERT_EQ(item.samples, end == seq.size());
-      if (!batch.is_prefill) {
-        ASSERT_EQ(item.num_new_tokens, 1);
-      }
       ASSERT_EQ(static_cast<int>(seq.block_table.size()), seq.num_blocks(c.block_size));
       auto slot = [&](int position) {
         return static_cast<size_t>(seq.block_table[position / c.block_size]) * c.block_size + position % c.block_size;
@@ -146,11 +171,14 @@ TEST_P(SchedulerSimulation, RandomRequestsAllFinishWithoutLeaks) {
         ASSERT_EQ(blocks.ref_count(seq.block_table[p / c.block_size]), 1) << "write into a shared block";
         kv_slots[slot(p)] = keys[p];
       }
-      if (batch.is_prefill && start == seq.num_cached_tokens) cached_tokens += seq.num_cached_tokens;
+      if (!decoding.contains(seq.seq_id) && start == seq.num_cached_tokens) cached_tokens += seq.num_cached_tokens;
       if (item.samples) sampled.push_back(model_token(seq.seq_id, seq.size()));
     }
     ASSERT_EQ(sum, batch.num_tokens);
     scheduler.postprocess(batch, sampled);
+    for (const auto& item : batch.items) {
+      if (item.samples && item.seq->status == SequenceStatus::Running) decoding.insert(item.seq->seq_id);
+    }
 
     // Ref counts equal the number of block-table entries that name each block; the rest are free.
     std::vector<int> references(c.num_blocks, 0);
@@ -211,7 +239,7 @@ TEST_P(SchedulerSimulation, RandomRequestsAllFinishWithoutLeaks) {
 
 INSTANTIATE_TEST_SUITE_P(
     TinyCaches, SchedulerSimulation,
-    ::testing::Values(SimulationCase{16, 12, 64, 6, 128, true, 0.0, 1},
+    ::testing::Combine(::testing::Values(SimulationCase{16, 12, 64, 6, 128, true, 0.0, 1},
                       SimulationCase{16, 12, 64, 6, 128, false, 0.0, 2},
                       SimulationCase{16, 30, 37, 5, 90, true, 0.0, 3},
                       SimulationCase{16, 9, 1, 3, 150, true, 0.0, 4},  // one token per step
@@ -221,9 +249,10 @@ INSTANTIATE_TEST_SUITE_P(
                       SimulationCase{16, 12, 48, 6, 128, true, 0.05, 8},
                       SimulationCase{16, 20, 29, 32, 60, true, 0.05, 9},
                       SimulationCase{16, 7, 1000, 64, 2000, true, 0.0, 10}),
-    [](const ::testing::TestParamInfo<SimulationCase>& info) {
+                       ::testing::Values(StepPolicy::DecodeFirst, StepPolicy::PrefillFirst)),
+    [](const ::testing::TestParamInfo<std::tuple<SimulationCase, StepPolicy>>& info) {
       std::ostringstream name;
-      name << "case" << info.index;
+      name << "case" << info.index / 2 << "_" << test::step_policy_name(std::get<1>(info.param));
       return name.str();
     });
 

@@ -23,14 +23,21 @@ inline std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int
   return a;
 }
 
-inline EngineConfig small_config(int block_size, int max_num_batched_tokens, int max_num_seqs, int max_model_len) {
+inline EngineConfig small_config(int block_size, int max_num_batched_tokens, int max_num_seqs, int max_model_len,
+                                 StepPolicy step_policy = EngineConfig{}.step_policy) {
   EngineConfig config;
+  config.step_policy = step_policy;
   config.model = "test";
   config.kvcache_block_size = block_size;
   config.max_num_batched_tokens = max_num_batched_tokens;
   config.max_num_seqs = max_num_seqs;
   config.max_model_len = max_model_len;
   return config;
+}
+
+// "DecodeFirst" / "PrefillFirst", for test names.
+inline const char* step_policy_name(StepPolicy policy) {
+  return policy == StepPolicy::DecodeFirst ? "DecodeFirst" : "PrefillFirst";
 }
 
 inline SamplingParams params_with(int max_tokens, bool ignore_eos = true) {

@@ -1,6 +1,7 @@
 // Golden tests: the whole engine on the CPU against HF transformers (fp32, run on the GPU machine by
 // tools/hf_reference.py) on random-weight checkpoints that nanovllm-make-checkpoint regenerates from a seed.
-// Also: every prompt in one batch gives what it gives alone, under chunked prefill and prefix-cache hits.
+// Also: every prompt in one batch gives what it gives alone, under chunked prefill, prefix-cache hits and steps
+// that mix prefill and decode rows, under both step policies.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,8 +76,10 @@ SamplingParams greedy_params(int k) {
 }
 
 EngineConfig cpu_config(const fs::path& model, int block_size, int max_batched_tokens, int max_seqs,
-                        int num_blocks = -1, int tensor_parallel_size = 1) {
+                        int num_blocks = -1, int tensor_parallel_size = 1,
+                        StepPolicy step_policy = EngineConfig{}.step_policy) {
   EngineConfig c;
+  c.step_policy = step_policy;
   c.tensor_parallel_size = tensor_parallel_size;
   c.num_kvcache_blocks = num_blocks;
   c.model = model.string();
@@ -145,8 +148,13 @@ TEST_P(GoldenTest, MatchesTransformersPromptByPrompt) {
   std::printf("[golden %s] worst prompt-logprob error vs HF: %.3g\n", GetParam().c_str(), worst);
 }
 
-// All prompts in one generate call, under several scheduler shapes, match HF as each prompt alone does (same
-// greedy tokens; prompt logprobs within the same 1e-3), so batching, chunking and preemption change nothing.
+constexpr StepPolicy kStepPolicies[] = {StepPolicy::DecodeFirst, StepPolicy::PrefillFirst};
+
+const char* name_of(StepPolicy policy) { return policy == StepPolicy::DecodeFirst ? "decode-first" : "prefill-first"; }
+
+// All prompts in one generate call, under several scheduler shapes and both step policies, match HF as each
+// prompt alone does (same greedy tokens; prompt logprobs within the same 1e-3), so batching, chunking, mixed
+// steps and preemption change nothing.
 TEST_P(GoldenTest, BatchEqualsSingle) {
   std::vector<Prompt> prompts;
   for (const Case& c : cases_) prompts.push_back(Prompt::from_tokens(c.prompt));
@@ -155,18 +163,83 @@ TEST_P(GoldenTest, BatchEqualsSingle) {
   };
   // Everything at once; chunked prefill with few sequences a step; a cache so small that decode must
   // preempt and recompute.
+  for (StepPolicy policy : kStepPolicies)
   for (Shape s : {Shape{16, 4096, 64, -1}, Shape{16, 40, 3, -1}, Shape{32, 64, 64, -1}, Shape{16, 512, 64, 24}}) {
-    LLM llm(cpu_config(model_, s.block_size, s.max_batched_tokens, s.max_seqs, s.num_blocks));
+    LLM llm(cpu_config(model_, s.block_size, s.max_batched_tokens, s.max_seqs, s.num_blocks, 1, policy));
     auto outs = llm.generate(prompts, greedy_params(k_));
     ASSERT_EQ(outs.size(), cases_.size());
     for (size_t i = 0; i < outs.size(); ++i) {
-      const std::string where = "block " + std::to_string(s.block_size) + ", budget " +
-                                std::to_string(s.max_batched_tokens) + ", prompt " + std::to_string(i);
+      const std::string where = std::string(name_of(policy)) + ", block " + std::to_string(s.block_size) +
+                                ", budget " + std::to_string(s.max_batched_tokens) + ", prompt " + std::to_string(i);
       ASSERT_TRUE(outs[i].error.empty()) << outs[i].error;
       EXPECT_EQ(outs[i].token_ids, cases_[i].greedy) << where;
       const auto& plp = *outs[i].prompt_logprobs;
       for (size_t p = 1; p < plp.size(); ++p)
         expect_position_matches(plp[p], cases_[i].prompt_logprobs[p], where + " position " + std::to_string(p));
+    }
+  }
+}
+
+// Prompts arrive one at a time, every few steps, while the earlier requests decode: under decode-first each
+// prompt is prefilled in steps that also decode every earlier request (the long ones chunked over several
+// steps), under prefill-first in steps of its own. Each request must get what it gets alone: the same greedy
+// tokens, and its token and prompt logprobs within 1e-3 (and HF's tokens). A second round sends the prompts
+// again without prompt logprobs, so their prefill starts after a prefix-cache hit (in a mixed step).
+TEST_P(GoldenTest, MixedPrefillDecodeStepsEqualSingle) {
+  constexpr int kBudget = 40, kGap = 4;
+  std::vector<RequestOutput> alone;
+  {
+    LLM llm(cpu_config(model_, 16, 4096, 8));
+    for (const Case& c : cases_) alone.push_back(llm.generate({Prompt::from_tokens(c.prompt)}, greedy_params(k_))[0]);
+  }
+  SamplingParams cached = greedy_params(k_);
+  cached.prompt_logprobs.reset();  // prompt logprobs need every position computed: no prefix-cache hits
+  for (StepPolicy policy : kStepPolicies) {
+    LLMEngine engine(cpu_config(model_, 16, kBudget, 64, -1, 1, policy));
+    for (const SamplingParams& params : {greedy_params(k_), cached}) {
+      const bool first_round = params.prompt_logprobs.has_value();
+      std::map<int64_t, size_t> index_of;
+      std::vector<RequestOutput> outs(cases_.size());
+      auto step = [&] {
+        for (RequestOutput& out : engine.step()) outs[index_of.at(out.request_id)] = std::move(out);
+      };
+      for (size_t i = 0; i < cases_.size(); ++i) {
+        index_of[engine.add_request(Prompt::from_tokens(cases_[i].prompt), params)] = i;
+        step();
+        // Every earlier request is still decoding (48 tokens each, a new prompt every 4 steps, each prefilled
+        // within 4 steps). Decode-first: one token for each of them, the prompt in the rest of the budget. In
+        // the second round the prompt's full blocks (but never its last token) come from the first round's.
+        const int prompt_len = static_cast<int>(cases_[i].prompt.size());
+        const int hits = first_round ? 0 : (prompt_len - 1) / 16 * 16;
+        const int decodes = policy == StepPolicy::DecodeFirst ? static_cast<int>(i) : 0;
+        EXPECT_TRUE(engine.last_step().is_prefill) << name_of(policy) << ", prompt " << i;
+        EXPECT_EQ(engine.last_step().num_tokens, std::min(kBudget, decodes + prompt_len - hits))
+            << name_of(policy) << (first_round ? "" : ", cached") << ", prompt " << i;
+        for (int s = 1; s < kGap; ++s) step();
+      }
+      while (!engine.is_finished()) step();
+      for (size_t i = 0; i < cases_.size(); ++i) {
+        const std::string where = std::string(name_of(policy)) + (first_round ? "" : ", cached") + ", prompt " +
+                                  std::to_string(i);
+        ASSERT_TRUE(outs[i].error.empty()) << outs[i].error;
+        EXPECT_EQ(outs[i].token_ids, cases_[i].greedy) << where;
+        EXPECT_EQ(outs[i].token_ids, alone[i].token_ids) << where;
+        ASSERT_TRUE(outs[i].logprobs.has_value()) << where;
+        ASSERT_EQ(outs[i].logprobs->size(), alone[i].logprobs->size()) << where;
+        for (size_t t = 0; t < alone[i].logprobs->size(); ++t)
+          EXPECT_NEAR((*outs[i].logprobs)[t][0].second, (*alone[i].logprobs)[t][0].second, kLogprobTolerance)
+              << where << " token " << t;
+        if (!first_round) continue;
+        const auto& plp = *outs[i].prompt_logprobs;
+        const auto& want_plp = *alone[i].prompt_logprobs;
+        ASSERT_EQ(plp.size(), want_plp.size()) << where;
+        for (size_t p = 1; p < plp.size(); ++p) {
+          ASSERT_EQ(plp[p].size(), want_plp[p].size()) << where << " position " << p;
+          for (size_t j = 0; j < plp[p].size(); ++j)
+            EXPECT_NEAR(plp[p][j].second, want_plp[p][j].second, kLogprobTolerance) << where << " position " << p;
+          EXPECT_EQ(plp[p][0].first, want_plp[p][0].first) << where << " position " << p;
+        }
+      }
     }
   }
 }
