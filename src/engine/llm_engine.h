@@ -15,7 +15,7 @@
 #include "engine/scheduler.h"
 #include "model/hf_config.h"
 #include "nanovllm/config.h"
-#include "nanovllm/llm.h"
+#include "nanovllm/outputs.h"
 
 namespace nanovllm {
 
