@@ -1,6 +1,8 @@
-# The lead's part of src/engine/: runner, request-level engine and the public LLM API.
+# The rest of src/engine/, over the model and backends: runner, sampler, request-level engine and the LLM API.
 add_library(nanovllm STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/step_metadata.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/token_sampler.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/decode_graphs.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/model_runner.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/model_executor.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/device_support.cpp
