@@ -5,7 +5,6 @@
 #include <memory>
 
 #include "common/error.h"
-#include "engine/llm_engine.h"
 #include "engine_options.h"
 #include "request_json.h"
 
@@ -62,9 +61,9 @@ int run_generate(const GenerateArgs& a) {
   std::ostream& out = a.output.empty() ? std::cout : file;
 
   LLM llm(a.engine.resolve());
-  LLMEngine& engine = llm.engine();
-  std::cerr << "nanovllm: " << engine.backend_name() << ", " << engine.num_kvcache_blocks() << " KV blocks ("
-            << engine.kv_cache_bytes() / double(1 << 30) << " GiB), startup " << engine.startup_seconds() << " s\n";
+  const EngineSummary engine = llm.summary();
+  std::cerr << "nanovllm: " << engine.backend << ", " << engine.num_kvcache_blocks << " KV blocks ("
+            << engine.kv_cache_bytes / double(1 << 30) << " GiB), startup " << engine.startup_seconds << " s\n";
 
   // Lines that parsed (and whose messages rendered) go into one generate call; the rest keep their error.
   std::vector<RequestOutput> outputs(requests.size());
@@ -79,8 +78,8 @@ int run_generate(const GenerateArgs& a) {
     }
     try {
       if (req->messages)
-        req->prompt.text = engine.apply_chat_template(*req->messages, req->tools, req->add_generation_prompt,
-                                                      req->template_kwargs);
+        req->prompt.text = llm.apply_chat_template(*req->messages, req->tools, req->add_generation_prompt,
+                                                   req->template_kwargs);
     } catch (const InvalidInput& e) {
       outputs[i].error = e.what();
       continue;

@@ -1,41 +1,27 @@
 #pragma once
 // The public C++ API: LLM::generate(prompts, SamplingParams), as in nano-vLLM and vLLM.
-#include <cstdint>
+#include <cstddef>
 #include <memory>
-#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "nanovllm/config.h"
+#include "nanovllm/outputs.h"
 #include "nanovllm/sampling_params.h"
 
 namespace nanovllm {
 
 class LLMEngine;
 
-// One prompt: text, or token ids (token ids win when both are set).
-struct Prompt {
-  std::string text;
-  std::vector<int32_t> token_ids;
-  static Prompt from_text(std::string t) { return Prompt{std::move(t), {}}; }
-  static Prompt from_tokens(std::vector<int32_t> ids) { return Prompt{{}, std::move(ids)}; }
-};
-
-// (token id, logprob) pairs of one position: the chosen (or prompt) token first, then the top k.
-using PositionLogprobs = std::vector<std::pair<int32_t, float>>;
-
-struct RequestOutput {
-  int64_t request_id = -1;
-  std::vector<int32_t> prompt_token_ids;
-  std::vector<int32_t> token_ids;     // generated tokens
-  std::string text;                   // detokenized output (empty without a tokenizer)
-  std::string finish_reason;          // "stop" | "length" | "abort"; empty while running
-  bool finished = false;
-  std::optional<std::vector<PositionLogprobs>> logprobs;
-  // First entry is empty: the first prompt token has no logprob (JSON null).
-  std::optional<std::vector<PositionLogprobs>> prompt_logprobs;
-  std::string error;                  // set when the request was rejected; nothing else is then
+// What the engine set up when it was made.
+struct EngineSummary {
+  std::string backend;          // "cpu", "cuda:<GPU>", with " x<N> (tensor parallel over ...)" for N ranks
+  int num_kvcache_blocks = 0;   // of kvcache_block_size tokens each
+  size_t kv_cache_bytes = 0;    // over all ranks
+  size_t weight_bytes = 0;      // over all ranks
+  double startup_seconds = 0.0; // loading the model, sizing the KV cache, capturing graphs
 };
 
 class LLM {
@@ -51,7 +37,13 @@ class LLM {
   std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts, const SamplingParams& params);
   std::vector<RequestOutput> generate(const std::vector<std::string>& prompts, const SamplingParams& params);
 
-  LLMEngine& engine() { return *engine_; }
+  // Chat messages (OpenAI style: [{"role": ..., "content": ...}]) -> prompt text through the model's chat
+  // template (tokenizer_config.json's); tools and extra (template variables) may be null. Throws InvalidInput
+  // when the model has no template.
+  std::string apply_chat_template(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                  bool add_generation_prompt, const nlohmann::ordered_json& extra) const;
+
+  EngineSummary summary() const;
 
  private:
   std::unique_ptr<LLMEngine> engine_;

@@ -5,11 +5,14 @@
 // H hidden size, nh / nkv query / KV heads, d head_dim, I intermediate size, V vocab, R logits rows.
 // Ops are enqueued in order (the CUDA backend on one stream); call synchronize() before reading results.
 // Outputs never alias inputs except where an op says so (rms_norm/add_rms_norm: out may be x).
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
 
+#include "common/error.h"
 #include "common/tensor.h"
 
 namespace nanovllm {
@@ -60,6 +63,14 @@ struct BackendLimits {
   int vocab_size = 0;
 };
 
+// Ops recorded once and replayed with one launch, over the buffers and shapes they were recorded with (a CUDA
+// graph). Made by Backend::capture_graph.
+class OpGraph {
+ public:
+  virtual ~OpGraph() = default;
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -80,6 +91,33 @@ class Backend {
   virtual void synchronize() = 0;
   // Copies numel host elements of src_dtype (F32, BF16 or F16) into dst, converting to compute_dtype().
   virtual void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) = 0;
+
+  // --- The device behind the ops: what the engine sizes its KV cache and sets up by, what the bench reports ---
+  // Whether the ops run on an accelerator with memory of its own (CUDA) rather than in host memory (CPU).
+  virtual bool is_device() const = 0;
+  // The accelerator's name (e.g. "NVIDIA H100 80GB HBM3"), or "cpu".
+  virtual std::string device_name() const = 0;
+  struct MemoryInfo {
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+  };
+  // The accelerator's memory, free and in all; only where is_device().
+  virtual MemoryInfo memory_info() const { throw EngineError(name() + " backend: no device memory to report"); }
+  // Device-memory read bandwidth in GB/s (1e9 bytes/s), timed on a read-only kernel over a buffer of `bytes`
+  // allocated for the measurement; only where is_device().
+  virtual double measure_read_bandwidth_gbs(size_t bytes) {
+    (void)bytes;
+    throw EngineError(name() + " backend: no device memory to measure");
+  }
+  // Whether capture_graph() works here (CUDA graphs).
+  virtual bool can_capture_graphs() const { return false; }
+  // Records the ops `enqueue` issues on this backend (no synchronising call inside; run the same ops once
+  // before, so that lazy set-up such as GEMM heuristics happens outside the recording); they are not run.
+  // Only where can_capture_graphs().
+  virtual std::unique_ptr<OpGraph> capture_graph(const std::function<void()>& enqueue) {
+    (void)enqueue;
+    throw EngineError(name() + " backend cannot capture graphs");
+  }
 
   // out[t] = table[ids[t] - vocab_start] when that row exists, else zeros: table may hold only the rows
   // [vocab_start, vocab_start + rows) of a vocabulary-parallel rank. ids are range-checked by the engine.

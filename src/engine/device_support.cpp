@@ -48,23 +48,16 @@ bool resolves_to_cuda(const std::string& device) {
   throw InvalidInput("unknown device '" + device + "' (expected auto, cpu or cuda)");
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device_index) {
-#ifdef NANOVLLM_HAVE_CUDA
-  return std::make_unique<CudaBackend>(device_index);
-#else
-  throw EngineError("no CUDA backend in this build (GPU " + std::to_string(device_index) + ")");
-#endif
+RankBackends make_cpu_ranks(int size) {
+  RankBackends ranks;
+  // Ranks run at once: each gets its share of the threads one backend would use (OMP_NUM_THREADS or the cores).
+  const int threads = std::max(1, CpuBackend().num_threads() / size);
+  for (int r = 0; r < size; ++r) ranks.backends.push_back(std::make_unique<CpuBackend>(threads));
+  if (size > 1) ranks.comms = std::make_unique<HostCommunicatorGroup>(size);
+  return ranks;
 }
-}  // namespace
 
-std::vector<std::unique_ptr<Backend>> make_rank_backends(const std::string& device, int size) {
-  std::vector<std::unique_ptr<Backend>> backends;
-  if (!resolves_to_cuda(device)) {
-    // Ranks run at once: each gets its share of the threads one backend would use (OMP_NUM_THREADS or the cores).
-    const int threads = std::max(1, CpuBackend().num_threads() / size);
-    for (int r = 0; r < size; ++r) backends.push_back(std::make_unique<CpuBackend>(threads));
-    return backends;
-  }
+RankBackends make_cuda_ranks(int size) {
 #ifndef NANOVLLM_HAVE_NCCL
   if (size > 1)  // before any GPU is touched
     throw InvalidInput("tensor_parallel_size " + std::to_string(size) +
@@ -74,96 +67,33 @@ std::vector<std::unique_ptr<Backend>> make_rank_backends(const std::string& devi
   if (count < size)
     throw InvalidInput("tensor_parallel_size " + std::to_string(size) + " needs " + std::to_string(size) +
                        " GPUs, but " + std::to_string(count) + " are visible");
-  for (int r = 0; r < size; ++r) backends.push_back(make_cuda_backend(r));
-  return backends;
-}
-
-std::unique_ptr<CommunicatorGroup> make_communicator_group(const std::vector<Backend*>& backends) {
-  const int size = static_cast<int>(backends.size());
-  if (dynamic_cast<CpuBackend*>(backends.at(0))) return std::make_unique<HostCommunicatorGroup>(size);
-#ifdef NANOVLLM_HAVE_NCCL
+#ifdef NANOVLLM_HAVE_CUDA
+  RankBackends ranks;
   std::vector<int> devices;
   std::vector<cudaStream_t> streams;
-  for (Backend* b : backends) {
-    auto& cuda = dynamic_cast<CudaBackend&>(*b);
-    devices.push_back(cuda.device_index());
-    streams.push_back(cuda.stream());
+  for (int r = 0; r < size; ++r) {
+    auto cuda = std::make_unique<CudaBackend>(r);
+    devices.push_back(cuda->device_index());
+    streams.push_back(cuda->stream());
+    ranks.backends.push_back(std::move(cuda));
   }
-  return std::make_unique<NcclCommunicatorGroup>(devices, streams);
+#ifdef NANOVLLM_HAVE_NCCL
+  if (size > 1) ranks.comms = std::make_unique<NcclCommunicatorGroup>(devices, streams);
+#endif
+  return ranks;
 #else
-  throw EngineError("make_communicator_group: GPU ranks need NCCL, which this build lacks");  // checked earlier
+  throw EngineError("no CUDA backend in this build");  // resolves_to_cuda() said so already
 #endif
 }
+}  // namespace
 
-std::optional<DeviceMemory> device_memory(Backend& backend) {
-#ifdef NANOVLLM_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) {
-    const auto info = cuda->memory_info();
-    return DeviceMemory{info.free_bytes, info.total_bytes};
-  }
-#endif
-  (void)backend;
-  return std::nullopt;
+RankBackends make_rank_backends(const std::string& device, int size) {
+  return resolves_to_cuda(device) ? make_cuda_ranks(size) : make_cpu_ranks(size);
 }
 
 std::optional<double> measure_read_bandwidth_gbs(Backend& backend) {
-#ifdef NANOVLLM_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) return cuda->measure_read_bandwidth_gbs(size_t{4} << 30);
-#endif
-  (void)backend;
-  return std::nullopt;
-}
-
-std::string device_name(Backend& backend) {
-#ifdef NANOVLLM_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) return cuda->device_name();
-#endif
-  (void)backend;
-  return "cpu";
-}
-
-#ifdef NANOVLLM_HAVE_CUDA
-namespace {
-class CudaDecodeGraphs final : public DecodeGraphs {
- public:
-  CudaDecodeGraphs(CudaBackend& backend, const std::vector<int>& buckets, const std::function<void(int)>& enqueue)
-      : backend_(backend), buckets_(buckets) {
-    // Largest first, as nano-vLLM does, so the biggest working set is laid out first.
-    for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
-      const int b = *it;
-      enqueue(b);  // eager run first: lazy initialisation must not happen inside a capture
-      backend.synchronize();
-      graphs_.emplace_back(b, backend.capture([&] { enqueue(b); }));
-    }
-  }
-  int bucket_for(int num_seqs) const override {
-    for (int b : buckets_)
-      if (b >= num_seqs) return b;
-    return 0;
-  }
-  void replay(int bucket) override {
-    for (auto& [b, g] : graphs_)
-      if (b == bucket) return backend_.replay(g);
-    throw EngineError("no CUDA graph captured for batch " + std::to_string(bucket));
-  }
-
- private:
-  CudaBackend& backend_;
-  std::vector<int> buckets_;
-  std::vector<std::pair<int, CudaGraph>> graphs_;
-};
-}  // namespace
-#endif
-
-std::unique_ptr<DecodeGraphs> capture_decode_graphs(Backend& backend, const std::vector<int>& buckets,
-                                                    const std::function<void(int)>& enqueue) {
-#ifdef NANOVLLM_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) return std::make_unique<CudaDecodeGraphs>(*cuda, buckets, enqueue);
-#endif
-  (void)backend;
-  (void)buckets;
-  (void)enqueue;
-  return nullptr;
+  if (!backend.is_device()) return std::nullopt;
+  return backend.measure_read_bandwidth_gbs(size_t{4} << 30);
 }
 
 }  // namespace nanovllm

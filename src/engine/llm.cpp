@@ -59,4 +59,19 @@ std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts
   return generate(p, params);
 }
 
+std::string LLM::apply_chat_template(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                     bool add_generation_prompt, const nlohmann::ordered_json& extra) const {
+  return engine_->apply_chat_template(messages, tools, add_generation_prompt, extra);
+}
+
+EngineSummary LLM::summary() const {
+  EngineSummary s;
+  s.backend = engine_->backend_name();
+  s.num_kvcache_blocks = engine_->num_kvcache_blocks();
+  s.kv_cache_bytes = engine_->kv_cache_bytes();
+  s.weight_bytes = engine_->weight_bytes();
+  s.startup_seconds = engine_->startup_seconds();
+  return s;
+}
+
 }  // namespace nanovllm

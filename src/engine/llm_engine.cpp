@@ -19,16 +19,6 @@ uint64_t mix_seed(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Abort: return "abort";
-    case FinishReason::None: break;
-  }
-  return "";
-}
 }  // namespace
 
 struct LLMEngine::Request {
@@ -119,39 +109,9 @@ std::vector<RequestOutput> LLMEngine::step() {
   if (!batch.empty()) {
     StepOutput out = executor_->run(batch);
     ran = std::chrono::steady_clock::now();
-    for (const auto& p : out.prompt_logprobs) {
-      Request& req = *requests_.at(batch.items[p.item].seq->seq_id);
-      (*req.output.prompt_logprobs)[p.position] = p.entry;
-    }
-    size_t r = 0;
-    for (const ScheduledSequence& item : batch.items) {
-      if (!item.samples) continue;
-      Request& req = *requests_.at(item.seq->seq_id);
-      if (req.output.logprobs) req.output.logprobs->push_back(out.sampled_logprobs[r]);
-      ++r;
-    }
+    record_logprobs(batch, out);
     scheduler_->postprocess(batch, out.sampled);
-    // Text and stop strings, for every sequence that got a token (finished or not).
-    r = 0;
-    for (const ScheduledSequence& item : batch.items) {
-      if (!item.samples) continue;
-      Request& req = *requests_.at(item.seq->seq_id);
-      const int32_t token = out.sampled[r++];
-      if (!req.detokenizer || req.stopped_by_string) continue;
-      // The model's vocabulary may be padded past the tokenizer's (Qwen3: 151936 vs 151669); such ids have no
-      // text, as in HF's decode.
-      if (token >= tokenizer_->vocab_size()) continue;
-      const size_t before = req.text.size();
-      req.text += req.detokenizer->push(token);
-      const int completion = item.seq->num_completion_tokens();
-      if (req.params.stop.empty() || completion <= req.params.min_tokens) continue;
-      if (auto hit = find_stop_string(req.text, before, req.params.stop)) {
-        req.text.resize(hit->cut_at);
-        req.stopped_by_string = true;
-        if (item.seq->status != SequenceStatus::Finished) scheduler_->finish(item.seq->seq_id, FinishReason::Stop);
-        else item.seq->finish_reason = FinishReason::Stop;
-      }
-    }
+    detokenize(batch, out.sampled);
     last_step_.host_before_launch = std::chrono::duration<double>(out.launched - start).count();
     last_step_.sampled_on_shards = out.sampled_on_shards;
     last_step_.is_prefill = batch.has_prefill();
@@ -170,6 +130,43 @@ std::vector<RequestOutput> LLMEngine::step() {
   return finished;
 }
 
+void LLMEngine::record_logprobs(const ScheduledBatch& batch, const StepOutput& out) {
+  for (const auto& p : out.prompt_logprobs) {
+    Request& req = *requests_.at(batch.items[p.item].seq->seq_id);
+    (*req.output.prompt_logprobs)[p.position] = p.entry;
+  }
+  size_t r = 0;
+  for (const ScheduledSequence& item : batch.items) {
+    if (!item.samples) continue;
+    Request& req = *requests_.at(item.seq->seq_id);
+    if (req.output.logprobs) req.output.logprobs->push_back(out.sampled_logprobs[r]);
+    ++r;
+  }
+}
+
+void LLMEngine::detokenize(const ScheduledBatch& batch, const std::vector<int32_t>& sampled) {
+  size_t r = 0;
+  for (const ScheduledSequence& item : batch.items) {
+    if (!item.samples) continue;
+    Request& req = *requests_.at(item.seq->seq_id);
+    const int32_t token = sampled[r++];
+    if (!req.detokenizer || req.stopped_by_string) continue;
+    // The model's vocabulary may be padded past the tokenizer's (Qwen3: 151936 vs 151669); such ids have no
+    // text, as in HF's decode.
+    if (token >= tokenizer_->vocab_size()) continue;
+    const size_t before = req.text.size();
+    req.text += req.detokenizer->push(token);
+    const int completion = item.seq->num_completion_tokens();
+    if (req.params.stop.empty() || completion <= req.params.min_tokens) continue;
+    if (auto hit = find_stop_string(req.text, before, req.params.stop)) {
+      req.text.resize(hit->cut_at);
+      req.stopped_by_string = true;
+      // Also when the token finished the sequence already (e.g. at max_tokens): the stop string is the reason.
+      scheduler_->finish(item.seq->seq_id, FinishReason::Stop);
+    }
+  }
+}
+
 RequestOutput LLMEngine::finish_output(Sequence& seq) {
   auto it = requests_.find(seq.seq_id);
   Request& req = *it->second;
@@ -177,7 +174,7 @@ RequestOutput LLMEngine::finish_output(Sequence& seq) {
   auto completion = seq.completion_token_ids();
   out.token_ids.assign(completion.begin(), completion.end());
   out.finished = true;
-  out.finish_reason = finish_reason_name(seq.finish_reason);
+  out.finish_reason = to_string(seq.finish_reason);
   if (req.detokenizer && !req.stopped_by_string) req.text += req.detokenizer->flush();
   out.text = std::move(req.text);
   requests_.erase(it);

@@ -15,7 +15,7 @@
 #include "engine/scheduler.h"
 #include "model/hf_config.h"
 #include "nanovllm/config.h"
-#include "nanovllm/llm.h"
+#include "nanovllm/outputs.h"
 
 namespace nanovllm {
 
@@ -68,6 +68,11 @@ class LLMEngine {
 
  private:
   struct Request;
+  // The logprobs of the step's sampled and prompt tokens, into their requests' outputs.
+  void record_logprobs(const ScheduledBatch& batch, const StepOutput& out);
+  // The sampled tokens' text, for every sequence that got one (finished or not); a completed stop string cuts
+  // the text and finishes the request.
+  void detokenize(const ScheduledBatch& batch, const std::vector<int32_t>& sampled);
   RequestOutput finish_output(Sequence& seq);
 
   EngineConfig config_;

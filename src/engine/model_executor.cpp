@@ -7,18 +7,17 @@ namespace nanovllm {
 ModelExecutor::ModelExecutor(const EngineConfig& config, const ModelConfig& model_config, WeightSource& weights) {
   const int size = config.tensor_parallel_size;
   ShardLayout::of(model_config, 0, size);  // a model the ranks cannot split fails here, before any GPU work
-  std::vector<std::unique_ptr<Backend>> backends = make_rank_backends(config.device, size);
+  RankBackends ranks = make_rank_backends(config.device, size);
   runners_.resize(size);
   if (size == 1) {
-    runners_[0] = std::make_unique<ModelRunner>(config, model_config, std::move(backends[0]), weights);
+    runners_[0] = std::make_unique<ModelRunner>(config, model_config, std::move(ranks.backends[0]), weights);
     return;
   }
-  std::vector<Backend*> raw;
-  for (auto& b : backends) raw.push_back(b.get());
-  comms_ = make_communicator_group(raw);
+  comms_ = std::move(ranks.comms);
   threads_ = std::make_unique<RankThreads>(size);
   on_all_ranks([&](int r) {
-    runners_[r] = std::make_unique<ModelRunner>(config, model_config, std::move(backends[r]), weights, &comms_->rank(r));
+    runners_[r] =
+        std::make_unique<ModelRunner>(config, model_config, std::move(ranks.backends[r]), weights, &comms_->rank(r));
   });
 }
 

@@ -275,8 +275,7 @@ TEST_P(GoldenTest, MinTokensBansStopTokensUntilReached) {
 
 // An aborted request is owed to the caller: the engine is not finished until a step has returned it, once.
 TEST_P(GoldenTest, AbortedRequestsAreReturnedBeforeTheEngineIsFinished) {
-  LLM llm(cpu_config(model_, 16, 4096, 8));
-  LLMEngine& engine = llm.engine();
+  LLMEngine engine(cpu_config(model_, 16, 4096, 8));
   const int64_t lone = engine.add_request(Prompt::from_tokens(cases_[0].prompt), greedy_params(0));
   engine.abort(lone);
   EXPECT_FALSE(engine.is_finished());

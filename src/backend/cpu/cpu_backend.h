@@ -25,6 +25,8 @@ class CpuBackend final : public Backend {
   void download(const void* src, void* host, size_t bytes) override;
   void synchronize() override {}  // every op has finished when it returns
   void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) override;
+  bool is_device() const override { return false; }
+  std::string device_name() const override { return "cpu"; }
 
   void embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;

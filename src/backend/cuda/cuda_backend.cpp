@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/attention.h"
@@ -530,6 +531,22 @@ void CudaBackend::replay(const CudaGraph& graph) {
   make_current();
   require(!graph.empty(), "replay", "the graph is empty");
   NANOVLLM_CUDA_CHECK(cudaGraphLaunch(graph.get(), stream_));
+}
+
+namespace {
+class CudaOpGraph final : public OpGraph {
+ public:
+  CudaOpGraph(CudaBackend& backend, CudaGraph graph) : backend_(backend), graph_(std::move(graph)) {}
+  void replay() override { backend_.replay(graph_); }
+
+ private:
+  CudaBackend& backend_;
+  CudaGraph graph_;
+};
+}  // namespace
+
+std::unique_ptr<OpGraph> CudaBackend::capture_graph(const std::function<void()>& enqueue) {
+  return std::make_unique<CudaOpGraph>(*this, capture(enqueue));
 }
 
 double CudaBackend::measure_read_bandwidth_gbs(size_t bytes) {

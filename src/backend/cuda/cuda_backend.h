@@ -42,6 +42,14 @@ class CudaBackend final : public Backend {
   void download(const void* src, void* host, size_t bytes) override;
   void synchronize() override;
   void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) override;
+  bool is_device() const override { return true; }
+  std::string device_name() const override;
+  MemoryInfo memory_info() const override;
+  // Median of several timed passes.
+  double measure_read_bandwidth_gbs(size_t bytes) override;
+  bool can_capture_graphs() const override { return true; }
+  // capture() as an OpGraph whose replay() is replay().
+  std::unique_ptr<OpGraph> capture_graph(const std::function<void()>& enqueue) override;
 
   void embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
@@ -62,24 +70,15 @@ class CudaBackend final : public Backend {
   void logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob, Tensor& top_ids,
                 Tensor& top_logprobs) override;
 
-  // --- CUDA-specific, for the model runner and the bench ---
+  // --- CUDA-specific: the device and stream NCCL joins, and what the CUDA tests and benches drive directly ---
   int device_index() const { return device_; }
   cudaStream_t stream() const { return stream_; }
-  std::string device_name() const;
-  struct MemoryInfo {
-    size_t free_bytes;
-    size_t total_bytes;
-  };
-  MemoryInfo memory_info() const;
   size_t bytes_allocated() const;  // live bytes from allocate() of this backend
   // Asynchronous copy on the stream; the host side must be pinned and stay alive until synchronize().
   void download_async(const void* src, void* pinned_dst, size_t bytes);
   // Captures everything `enqueue` puts on the stream (no synchronising calls inside) and instantiates it.
   CudaGraph capture(const std::function<void()>& enqueue);
   void replay(const CudaGraph& graph);
-  // Device-memory read bandwidth in GB/s (1e9 bytes/s): median of several timed passes of a read-only kernel
-  // over a buffer of `bytes` allocated for the measurement.
-  double measure_read_bandwidth_gbs(size_t bytes);
 
   // The kernel arguments sample() and sample_shard() launch with, unchecked (the two check first); tests
   // that drive one sampler path explicitly (cuda::launch_sample_via) build theirs with these.

@@ -1,5 +1,6 @@
-// CUDA graph capture and replay through CudaBackend: ops captured once read whatever their (fixed) input
-// buffers hold at replay time.
+// CUDA graph capture and replay through CudaBackend (and Backend::capture_graph): ops captured once read
+// whatever their (fixed) input buffers hold at replay time.
+#include <memory>
 #include <stdexcept>
 
 #include "tests/cuda/ops/sampler_test_support.h"
@@ -72,6 +73,35 @@ TEST_F(SamplerTest, CapturedOpsReplayOnNewInputs) {
     EXPECT_EQ(read_gpu(act), replayed_act);
     EXPECT_EQ(read_gpu_i32(ids), replayed_ids);
   }
+}
+
+// The same capture behind the Backend interface (the engine's decode graphs): recording runs nothing, and a
+// replay computes on the inputs at replay time exactly what an eager run does.
+TEST_F(CudaOpsTest, BackendInterfaceCapturesGraphs) {
+  Backend& backend = gpu();
+  ASSERT_TRUE(backend.can_capture_graphs());
+  const int h = 256;
+  Tensor x = gpu_bf16(random_bf16_values(rng_, h), {1, h});
+  Tensor w = gpu_bf16(random_bf16_values(rng_, h), {h});
+  Tensor out = gpu_bf16(std::vector<float>(h, 0.0f), {1, h});
+  auto enqueue = [&] { backend.rms_norm(x, w, 1e-6f, out); };
+  enqueue();  // eager first, as the engine does
+  backend.synchronize();
+  const std::vector<float> zeros(h, 0.0f);
+  backend.upload_converted(zeros.data(), DType::F32, out.data, h);
+  std::unique_ptr<OpGraph> graph = backend.capture_graph(enqueue);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(read_gpu(out), zeros) << "capturing must not run the ops";
+
+  const auto xv = random_bf16_values(rng_, h, 3.0f);
+  backend.upload_converted(xv.data(), DType::F32, x.data, h);
+  graph->replay();
+  backend.synchronize();
+  const std::vector<float> replayed = read_gpu(out);
+  EXPECT_NE(replayed, zeros);
+  enqueue();
+  backend.synchronize();
+  EXPECT_EQ(read_gpu(out), replayed);
 }
 
 TEST_F(CudaOpsTest, FailedCaptureLeavesTheStreamUsable) {

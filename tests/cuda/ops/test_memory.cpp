@@ -7,7 +7,11 @@ namespace {
 TEST_F(CudaOpsTest, NameAndDtype) {
   EXPECT_EQ(gpu().name().rfind("cuda:", 0), 0u) << gpu().name();
   EXPECT_EQ(gpu().compute_dtype(), DType::BF16);
-  const auto info = gpu().memory_info();
+  // What the engine reads through the Backend interface.
+  const Backend& backend = gpu();
+  EXPECT_TRUE(backend.is_device());
+  EXPECT_EQ(backend.name(), "cuda:" + backend.device_name());
+  const auto info = backend.memory_info();
   EXPECT_GT(info.total_bytes, 0u);
   EXPECT_LE(info.free_bytes, info.total_bytes);
 }

@@ -22,11 +22,11 @@ struct Group {
   std::vector<std::unique_ptr<Backend>> backends;
   std::unique_ptr<CommunicatorGroup> comms;
   std::unique_ptr<RankThreads> threads;
-  explicit Group(int size) : backends(make_rank_backends("cuda", size)), threads(std::make_unique<RankThreads>(size)) {
-    std::vector<Backend*> raw;
-    for (auto& b : backends) raw.push_back(b.get());
-    comms = make_communicator_group(raw);
-  }
+  explicit Group(int size) : Group(make_rank_backends("cuda", size)) {}
+  explicit Group(RankBackends ranks)
+      : backends(std::move(ranks.backends)),
+        comms(std::move(ranks.comms)),
+        threads(std::make_unique<RankThreads>(static_cast<int>(backends.size()))) {}
   CudaBackend& cuda(int r) { return dynamic_cast<CudaBackend&>(*backends[r]); }
   void run(const std::function<void(int)>& task) {
     threads->run(task, [this](const std::string& why) { comms->abort(why); });
