@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 namespace nanovllm::jinja {
 

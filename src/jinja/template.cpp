@@ -1,14 +1,14 @@
 // Lexer, parser and evaluator of the Jinja subset. The lexer applies Jinja's whitespace rules as transformers
 // sets them: trim_blocks (drop the newline after a block tag), lstrip_blocks (drop spaces before a block tag
 // that starts its line), '-' and '+' modifiers, newline normalization and a dropped trailing newline.
-#include "tokenizer/jinja_template.h"
+#include "jinja/template.h"
 
 #include <cstring>
 #include <optional>
 #include <vector>
 
 #include "common/error.h"
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 #include "tokenizer/utf8.h"
 
 namespace nanovllm::jinja {

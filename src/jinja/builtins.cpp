@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 #include <algorithm>
 #include <chrono>
