@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "jinja/builtins.h"
+#include "jinja/globals.h"
 #include "jinja/value.h"
 
 namespace nanovllm::jinja {

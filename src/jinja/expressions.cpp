@@ -2,7 +2,9 @@
 #include <optional>
 
 #include "jinja/ast.h"
-#include "jinja/builtins.h"
+#include "jinja/access.h"
+#include "jinja/filters.h"
+#include "jinja/predicates.h"
 #include "jinja/context.h"
 
 namespace nanovllm::jinja {

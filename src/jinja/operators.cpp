@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "jinja/ast.h"
-#include "jinja/builtins.h"
+#include "jinja/access.h"
 #include "jinja/context.h"
 
 namespace nanovllm::jinja {

@@ -4,7 +4,8 @@
 #include <initializer_list>
 #include <string>
 
-#include "jinja/builtins.h"
+#include "jinja/filters.h"
+#include "jinja/predicates.h"
 #include "jinja/line_error.h"
 
 namespace nanovllm::jinja {

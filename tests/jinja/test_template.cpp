@@ -1,32 +1,15 @@
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
 #include <string>
-#include <unordered_map>
 
-#include "common/error.h"
-#include "jinja/template.h"
+#include "render_helpers.h"
 
 namespace nanovllm::jinja {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-
-// Renders with the given variables, as transformers' apply_chat_template passes them.
-std::string render(const std::string& source, const ojson& variables = ojson::object()) {
-  std::unordered_map<std::string, Value> vars;
-  for (const auto& [k, v] : variables.items()) vars[k] = Value::from_json(v);
-  return Template(source).render(vars);
-}
-
-std::string error_of(const std::string& source, const ojson& variables = ojson::object()) {
-  try {
-    render(source, variables);
-  } catch (const InvalidInput& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
+using test::render;
 
 TEST(Jinja, WhitespaceControlAsTransformersConfiguresIt) {
   // trim_blocks: the newline after a block tag goes; lstrip_blocks: indentation before a block tag goes.
