@@ -3,6 +3,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "tokenizer/utf8.h"
 
@@ -28,6 +29,34 @@ char32_t char_before(std::string_view text, size_t end) {
   return utf8::decode_at(text, begin);
 }
 
+// single_word: the match must not continue a word on either side.
+bool stands_alone(std::string_view text, size_t begin, size_t end) {
+  if (begin > 0 && is_word_char(char_before(text, begin))) return false;
+  if (end < text.size()) {
+    size_t at = end;
+    if (is_word_char(utf8::decode_at(text, at))) return false;
+  }
+  return true;
+}
+
+// The match [begin, end) widened over whitespace as lstrip / rstrip ask, not past plain_begin on the left.
+std::pair<size_t, size_t> stripped_span(const AddedToken& t, std::string_view text, size_t plain_begin, size_t begin, size_t end) {
+  if (t.lstrip) {
+    while (begin > plain_begin && is_whitespace(char_before(text, begin))) {
+      --begin;
+      while ((static_cast<uint8_t>(text[begin]) & 0xC0) == 0x80) --begin;
+    }
+  }
+  if (t.rstrip) {
+    while (end < text.size()) {
+      size_t next = end;
+      if (!is_whitespace(utf8::decode_at(text, next))) break;
+      end = next;
+    }
+  }
+  return {begin, end};
+}
+
 }  // namespace
 
 AddedTokens::AddedTokens(std::vector<AddedToken> tokens) : tokens_(std::move(tokens)) {
@@ -36,44 +65,26 @@ AddedTokens::AddedTokens(std::vector<AddedToken> tokens) : tokens_(std::move(tok
   for (uint32_t i = 0; i < tokens_.size(); ++i) by_first_[static_cast<uint8_t>(tokens_[i].content[0])].push_back(i);
 }
 
+const AddedToken* AddedTokens::match_at(std::string_view text, size_t i) const {
+  for (const uint32_t c : by_first_[static_cast<uint8_t>(text[i])]) {
+    const AddedToken& t = tokens_[c];
+    if (text.compare(i, t.content.size(), t.content) != 0) continue;
+    if (t.single_word && !stands_alone(text, i, i + t.content.size())) continue;
+    return &t;
+  }
+  return nullptr;
+}
+
 void AddedTokens::split(std::string_view text, const std::function<void(std::string_view, int32_t)>& emit) const {
   size_t plain_begin = 0;
   size_t i = 0;
   while (i < text.size()) {
-    const auto& candidates = by_first_[static_cast<uint8_t>(text[i])];
-    const AddedToken* found = nullptr;
-    for (const uint32_t c : candidates) {
-      const AddedToken& t = tokens_[c];
-      if (text.compare(i, t.content.size(), t.content) != 0) continue;
-      if (t.single_word) {
-        const size_t end = i + t.content.size();
-        if (i > 0 && is_word_char(char_before(text, i))) continue;
-        if (end < text.size()) {
-          size_t at = end;
-          if (is_word_char(utf8::decode_at(text, at))) continue;
-        }
-      }
-      found = &t;
-      break;
-    }
+    const AddedToken* found = match_at(text, i);
     if (!found) {
       ++i;
       continue;
     }
-    size_t begin = i, end = i + found->content.size();
-    if (found->lstrip) {
-      while (begin > plain_begin && is_whitespace(char_before(text, begin))) {
-        --begin;
-        while ((static_cast<uint8_t>(text[begin]) & 0xC0) == 0x80) --begin;
-      }
-    }
-    if (found->rstrip) {
-      while (end < text.size()) {
-        size_t next = end;
-        if (!is_whitespace(utf8::decode_at(text, next))) break;
-        end = next;
-      }
-    }
+    const auto [begin, end] = stripped_span(*found, text, plain_begin, i, i + found->content.size());
     if (begin > plain_begin) emit(text.substr(plain_begin, begin - plain_begin), -1);
     emit(text.substr(begin, end - begin), found->id);
     plain_begin = i = end;

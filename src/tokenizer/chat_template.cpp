@@ -1,7 +1,7 @@
 #include "tokenizer/chat_template.h"
 
 #include "common/error.h"
-#include "tokenizer/jinja_template.h"
+#include "jinja/template.h"
 
 namespace nanovllm {
 

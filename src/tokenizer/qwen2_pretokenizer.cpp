@@ -45,6 +45,18 @@ std::array<uint8_t, 128> make_ascii_classes() {
   return t;
 }
 
+// Branches 5 to 7 on the whitespace run that starts at k: where the piece ends.
+size_t whitespace_piece_end(const std::vector<uint8_t>& cls, size_t k) {
+  const size_t n = cls.size();
+  size_t space_end = k;
+  while (space_end < n && (cls[space_end] & kSpace) != 0) ++space_end;
+  for (size_t j = space_end; j > k; --j) {
+    if ((cls[j - 1] & kNewline) != 0) return j;  // branch 5: through the last newline
+  }
+  if (space_end == n || space_end - 1 == k) return space_end;  // branch 6 at the end of text, or branch 7 for a lone space before text
+  return space_end - 1;  // branch 6: leave the last space to prefix the next word
+}
+
 char32_t ascii_lower(char32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
 class Qwen2PreTokenizer final : public PreTokenizer {
@@ -73,7 +85,6 @@ class Qwen2PreTokenizer final : public PreTokenizer {
     auto is_letter = [](uint8_t c) { return (c & kLetter) != 0; };
     auto is_other = [](uint8_t c) { return (c & (kSpace | kLetter | kNumber)) == 0; };
     auto is_newline = [](uint8_t c) { return (c & kNewline) != 0; };
-    auto is_space = [](uint8_t c) { return (c & kSpace) != 0; };
 
     // Branch 1, case-insensitive as Unicode folds it ('ſ' folds to 's'): end of the contraction at k, or 0.
     auto contraction_end = [&](size_t k) -> size_t {
@@ -103,21 +114,7 @@ class Qwen2PreTokenizer final : public PreTokenizer {
       } else if (is_other(c)) {
         end = run_while(run_while(k, is_other), is_newline);  // branch 4
       } else {
-        const size_t space_end = run_while(k, is_space);
-        size_t last_newline = n;
-        for (size_t j = space_end; j > k; --j) {
-          if (is_newline(cls[j - 1])) {
-            last_newline = j - 1;
-            break;
-          }
-        }
-        if (last_newline != n) {
-          end = last_newline + 1;  // branch 5
-        } else if (space_end == n || space_end - 1 == k) {
-          end = space_end;  // branch 6 at the end of text, or branch 7 for a lone space before text
-        } else {
-          end = space_end - 1;  // branch 6: leave the last space to prefix the next word
-        }
+        end = whitespace_piece_end(cls, k);  // branches 5 to 7
       }
       pieces.push_back({offs[k], offs[end]});
       k = end;

@@ -46,6 +46,114 @@ std::optional<std::string> token_field(const json& config, const char* key) {
   return std::nullopt;
 }
 
+// Errors in tokenizer.json name the file.
+struct Failure {
+  const std::string& label;
+  InvalidInput operator()(const std::string& what) const { return InvalidInput(label + ": " + what); }
+};
+
+// model: a BPE model without the options this tokenizer does not implement.
+void check_bpe_model(const json& model, const Failure& fail) {
+  if (!model.is_object() || model.value("type", std::string("BPE")) != "BPE") {
+    throw fail("only BPE models are supported (model.type is " + (model.is_object() ? model.value("type", std::string("missing")) : std::string("missing")) + ")");
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && !model[key].is_null() && !model[key].get<std::string>().empty()) {
+      throw fail(std::string("model.") + key + " is not supported");
+    }
+  }
+  if (model.value("byte_fallback", false)) throw fail("model.byte_fallback is not supported");
+  if (!model.contains("vocab") || !model["vocab"].is_object()) throw fail("model.vocab must be an object");
+}
+
+// model.vocab; raises max_id to the highest id.
+std::unordered_map<std::string, int32_t> read_vocab(const json& model, int32_t& max_id, const Failure& fail) {
+  std::unordered_map<std::string, int32_t> vocab;
+  for (const auto& [text, id] : model["vocab"].items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 24)) {
+      throw fail("model.vocab['" + text + "'] is not a valid id");
+    }
+    vocab.emplace(text, id.get<int32_t>());
+    max_id = std::max(max_id, id.get<int32_t>());
+  }
+  return vocab;
+}
+
+// model.merges: "a b" strings or ["a", "b"] pairs.
+std::vector<std::pair<std::string, std::string>> read_merges(const json& model, const Failure& fail) {
+  std::vector<std::pair<std::string, std::string>> merges;
+  if (model.contains("merges")) {
+    if (!model["merges"].is_array()) throw fail("model.merges must be an array");
+    for (const json& m : model["merges"]) {
+      if (m.is_string()) {
+        const std::string s = m.get<std::string>();
+        const size_t space = s.find(' ', 1);
+        if (space == std::string::npos) throw fail("merge '" + s + "' is not two tokens separated by a space");
+        merges.emplace_back(s.substr(0, space), s.substr(space + 1));
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+      } else {
+        throw fail("model.merges holds an entry that is neither \"a b\" nor [\"a\", \"b\"]");
+      }
+    }
+  }
+  return merges;
+}
+
+// added_tokens; raises max_id to the highest id.
+std::vector<AddedToken> read_added_tokens(const json& root, int32_t& max_id, const Failure& fail) {
+  std::vector<AddedToken> added;
+  if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
+    for (const json& a : root["added_tokens"]) {
+      AddedToken t;
+      t.id = a.at("id").get<int32_t>();
+      t.content = a.at("content").get<std::string>();
+      t.special = a.value("special", false);
+      t.lstrip = a.value("lstrip", false);
+      t.rstrip = a.value("rstrip", false);
+      t.single_word = a.value("single_word", false);
+      if (t.id < 0 || t.id > (1 << 24)) throw fail("added token '" + t.content + "' has an invalid id");
+      if (t.content.empty() || utf8::find_invalid(t.content) != utf8::kAllValid) {
+        throw fail("added token " + std::to_string(t.id) + " has empty or invalid content");
+      }
+      max_id = std::max(max_id, t.id);
+      added.push_back(std::move(t));
+    }
+  }
+  return added;
+}
+
+// normalizer: none, NFC or an empty Sequence; true for NFC.
+bool read_normalizer(const json& root, const Failure& fail) {
+  const json& normalizer = root.value("normalizer", json());
+  if (normalizer.is_null()) return false;
+  const std::string type = normalizer.value("type", std::string());
+  if (type == "NFC") return true;
+  if (!(type == "Sequence" && normalizer.value("normalizers", json::array()).empty())) {
+    throw fail("normalizer '" + type + "' is not supported (only NFC)");
+  }
+  return false;
+}
+
+// A pre-tokenizer or post-processor: the members of a Sequence (under list_key), else the one step; none for null.
+std::vector<json> sequence_steps(const json& step, const char* list_key) {
+  std::vector<json> steps;
+  if (step.is_object() && step.value("type", std::string()) == "Sequence") {
+    for (const json& s : step.value(list_key, json::array())) steps.push_back(s);
+  } else if (!step.is_null()) {
+    steps.push_back(step);
+  }
+  return steps;
+}
+
+// Decoder: byte-level only.
+void check_decoder(const json& root, const Failure& fail) {
+  const json& decoder = root.value("decoder", json());
+  if (!decoder.is_null() && decoder.value("type", std::string()) != "ByteLevel") {
+    throw fail("decoder '" + decoder.value("type", std::string()) + "' is not supported (only ByteLevel)");
+  }
+}
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -88,6 +196,98 @@ struct Tokenizer::Impl {
     pretokenizer->split(text, pieces);
     for (const Piece& p : pieces) model->encode_word(text.substr(p.begin, p.end - p.begin), ids, lock);
   }
+
+  // Vocabulary tables by id, from the model's vocabulary and the added tokens.
+  void build_id_tables(const std::unordered_map<std::string, int32_t>& vocab, const std::vector<AddedToken>& added, int32_t max_id) {
+    const ByteLevelAlphabet alphabet;
+    id_to_text.assign(static_cast<size_t>(max_id + 1), std::string());
+    id_to_bytes.assign(static_cast<size_t>(max_id + 1), std::string());
+    special.assign(static_cast<size_t>(max_id + 1), 0);
+    auto set_token = [&](int32_t id, const std::string& text) {
+      id_to_text[id] = text;
+      // HF's ByteLevel decoder keeps a token's own bytes when it has characters outside the alphabet.
+      auto bytes = alphabet.decode_token(text);
+      id_to_bytes[id] = bytes ? std::move(*bytes) : text;
+      text_to_id[text] = id;
+    };
+    for (const auto& [text, id] : vocab) set_token(id, text);
+    for (const AddedToken& t : added) {
+      set_token(t.id, t.content);
+      special[t.id] = t.special ? 1 : 0;
+    }
+  }
+
+  // Pre-tokenizer: Split(regex, Isolated) and/or ByteLevel, alone or in a Sequence.
+  void read_pre_tokenizer(const json& root, const Failure& fail) {
+    const std::vector<json> steps = sequence_steps(root.value("pre_tokenizer", json()), "pretokenizers");
+    std::optional<std::string> pattern;
+    for (const json& s : steps) {
+      const std::string type = s.value("type", std::string());
+      if (type == "Split") {
+        if (pattern) throw fail("more than one Split pre-tokenizer is not supported");
+        const json& p = s.value("pattern", json());
+        if (!p.is_object() || !p.contains("Regex")) throw fail("Split pre-tokenizer needs a Regex pattern");
+        if (s.value("behavior", std::string("Isolated")) != "Isolated" || s.value("invert", false)) {
+          throw fail("Split pre-tokenizer: only behavior Isolated without invert is supported");
+        }
+        pattern = p["Regex"].get<std::string>();
+      } else if (type == "ByteLevel") {
+        add_prefix_space = s.value("add_prefix_space", false);
+        if (s.value("use_regex", true)) {
+          if (pattern) throw fail("ByteLevel with use_regex after a Split pre-tokenizer is not supported");
+          pattern = std::string(kGpt2SplitPattern);
+        }
+      } else {
+        throw fail("pre-tokenizer '" + type + "' is not supported");
+      }
+    }
+    if (!pattern) {
+      pretokenizer = make_whole_text_pretokenizer();
+    } else if (*pattern == kQwen2SplitPattern) {
+      pretokenizer = make_qwen2_pretokenizer();
+    } else {
+      pretokenizer = make_regex_pretokenizer(*pattern);
+    }
+  }
+
+  // Post-processor: ByteLevel adds nothing; TemplateProcessing's single-sequence template adds special tokens.
+  void read_post_processor(const json& root, const Failure& fail) {
+    const json& post = root.value("post_processor", json());
+    for (const json& p : sequence_steps(post, "processors")) {
+      const std::string type = p.value("type", std::string());
+      if (type == "ByteLevel") continue;
+      if (type != "TemplateProcessing") throw fail("post-processor '" + type + "' is not supported");
+      bool after_sequence = false;
+      for (const json& piece : p.at("single")) {
+        if (piece.contains("Sequence")) {
+          after_sequence = true;
+        } else if (piece.contains("SpecialToken")) {
+          const std::string name = piece["SpecialToken"].at("id").get<std::string>();
+          const json& entry = p.at("special_tokens").at(name);
+          for (const json& id : entry.at("ids")) (after_sequence ? suffix_ids : prefix_ids).push_back(id.get<int32_t>());
+        }
+      }
+    }
+  }
+
+  // tokenizer_config.json: chat template and the named special tokens.
+  void read_config(std::string_view config_json, const std::string& config_label) {
+    const json config = parse_json(config_json, config_label);
+    if (!config.is_object()) throw InvalidInput(config_label + ": expected a JSON object");
+    const auto it = config.find("chat_template");
+    if (it != config.end() && it->is_string()) {
+      chat_template = it->get<std::string>();
+    } else if (it != config.end() && it->is_array()) {
+      for (const json& named : *it) {
+        if (named.is_object() && named.value("name", std::string()) == "default" && named.contains("template")) {
+          chat_template = named["template"].get<std::string>();
+        }
+      }
+    }
+    eos = token_field(config, "eos_token");
+    bos = token_field(config, "bos_token");
+    pad = token_field(config, "pad_token");
+  }
 };
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -110,187 +310,27 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
                                const std::string& tokenizer_label, const std::string& config_label) {
   auto impl = std::make_unique<Impl>();
   const json root = parse_json(tokenizer_json, tokenizer_label);
-  auto fail = [&](const std::string& what) -> InvalidInput { return InvalidInput(tokenizer_label + ": " + what); };
+  const Failure fail{tokenizer_label};
   try {
     if (!root.is_object()) throw fail("expected a JSON object");
     const json& model = root.value("model", json());
-    if (!model.is_object() || model.value("type", std::string("BPE")) != "BPE") {
-      throw fail("only BPE models are supported (model.type is " + (model.is_object() ? model.value("type", std::string("missing")) : std::string("missing")) + ")");
-    }
-    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-      if (model.contains(key) && !model[key].is_null() && !model[key].get<std::string>().empty()) {
-        throw fail(std::string("model.") + key + " is not supported");
-      }
-    }
-    if (model.value("byte_fallback", false)) throw fail("model.byte_fallback is not supported");
-    if (!model.contains("vocab") || !model["vocab"].is_object()) throw fail("model.vocab must be an object");
-
-    std::unordered_map<std::string, int32_t> vocab;
+    check_bpe_model(model, fail);
     int32_t max_id = -1;
-    for (const auto& [text, id] : model["vocab"].items()) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 24)) {
-        throw fail("model.vocab['" + text + "'] is not a valid id");
-      }
-      vocab.emplace(text, id.get<int32_t>());
-      max_id = std::max(max_id, id.get<int32_t>());
-    }
-    std::vector<std::pair<std::string, std::string>> merges;
-    if (model.contains("merges")) {
-      if (!model["merges"].is_array()) throw fail("model.merges must be an array");
-      for (const json& m : model["merges"]) {
-        if (m.is_string()) {
-          const std::string s = m.get<std::string>();
-          const size_t space = s.find(' ', 1);
-          if (space == std::string::npos) throw fail("merge '" + s + "' is not two tokens separated by a space");
-          merges.emplace_back(s.substr(0, space), s.substr(space + 1));
-        } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-          merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-        } else {
-          throw fail("model.merges holds an entry that is neither \"a b\" nor [\"a\", \"b\"]");
-        }
-      }
-    }
+    const std::unordered_map<std::string, int32_t> vocab = read_vocab(model, max_id, fail);
+    const std::vector<std::pair<std::string, std::string>> merges = read_merges(model, fail);
     const bool ignore_merges = model.value("ignore_merges", false);
     impl->model = std::make_unique<BpeModel>(vocab, merges, ignore_merges, tokenizer_label);
-
-    // Added tokens.
-    std::vector<AddedToken> added;
-    if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
-      for (const json& a : root["added_tokens"]) {
-        AddedToken t;
-        t.id = a.at("id").get<int32_t>();
-        t.content = a.at("content").get<std::string>();
-        t.special = a.value("special", false);
-        t.lstrip = a.value("lstrip", false);
-        t.rstrip = a.value("rstrip", false);
-        t.single_word = a.value("single_word", false);
-        if (t.id < 0 || t.id > (1 << 24)) throw fail("added token '" + t.content + "' has an invalid id");
-        if (t.content.empty() || utf8::find_invalid(t.content) != utf8::kAllValid) {
-          throw fail("added token " + std::to_string(t.id) + " has empty or invalid content");
-        }
-        max_id = std::max(max_id, t.id);
-        added.push_back(std::move(t));
-      }
-    }
-
-    // Vocabulary tables by id.
-    const ByteLevelAlphabet alphabet;
-    impl->id_to_text.assign(static_cast<size_t>(max_id + 1), std::string());
-    impl->id_to_bytes.assign(static_cast<size_t>(max_id + 1), std::string());
-    impl->special.assign(static_cast<size_t>(max_id + 1), 0);
-    auto set_token = [&](int32_t id, const std::string& text) {
-      impl->id_to_text[id] = text;
-      // HF's ByteLevel decoder keeps a token's own bytes when it has characters outside the alphabet.
-      auto bytes = alphabet.decode_token(text);
-      impl->id_to_bytes[id] = bytes ? std::move(*bytes) : text;
-      impl->text_to_id[text] = id;
-    };
-    for (const auto& [text, id] : vocab) set_token(id, text);
-    for (const AddedToken& t : added) {
-      set_token(t.id, t.content);
-      impl->special[t.id] = t.special ? 1 : 0;
-    }
+    std::vector<AddedToken> added = read_added_tokens(root, max_id, fail);
+    impl->build_id_tables(vocab, added, max_id);
     impl->added = AddedTokens(std::move(added));
-
-    // Normalizer.
-    const json& normalizer = root.value("normalizer", json());
-    if (!normalizer.is_null()) {
-      const std::string type = normalizer.value("type", std::string());
-      if (type == "NFC") {
-        impl->normalize_nfc = true;
-      } else if (!(type == "Sequence" && normalizer.value("normalizers", json::array()).empty())) {
-        throw fail("normalizer '" + type + "' is not supported (only NFC)");
-      }
-    }
-
-    // Pre-tokenizer: Split(regex, Isolated) and/or ByteLevel, alone or in a Sequence.
-    const json& pre = root.value("pre_tokenizer", json());
-    std::vector<json> steps;
-    if (pre.is_object() && pre.value("type", std::string()) == "Sequence") {
-      for (const json& s : pre.value("pretokenizers", json::array())) steps.push_back(s);
-    } else if (!pre.is_null()) {
-      steps.push_back(pre);
-    }
-    std::optional<std::string> pattern;
-    for (const json& s : steps) {
-      const std::string type = s.value("type", std::string());
-      if (type == "Split") {
-        if (pattern) throw fail("more than one Split pre-tokenizer is not supported");
-        const json& p = s.value("pattern", json());
-        if (!p.is_object() || !p.contains("Regex")) throw fail("Split pre-tokenizer needs a Regex pattern");
-        if (s.value("behavior", std::string("Isolated")) != "Isolated" || s.value("invert", false)) {
-          throw fail("Split pre-tokenizer: only behavior Isolated without invert is supported");
-        }
-        pattern = p["Regex"].get<std::string>();
-      } else if (type == "ByteLevel") {
-        impl->add_prefix_space = s.value("add_prefix_space", false);
-        if (s.value("use_regex", true)) {
-          if (pattern) throw fail("ByteLevel with use_regex after a Split pre-tokenizer is not supported");
-          pattern = std::string(kGpt2SplitPattern);
-        }
-      } else {
-        throw fail("pre-tokenizer '" + type + "' is not supported");
-      }
-    }
-    if (!pattern) {
-      impl->pretokenizer = make_whole_text_pretokenizer();
-    } else if (*pattern == kQwen2SplitPattern) {
-      impl->pretokenizer = make_qwen2_pretokenizer();
-    } else {
-      impl->pretokenizer = make_regex_pretokenizer(*pattern);
-    }
-
-    // Decoder: byte-level only.
-    const json& decoder = root.value("decoder", json());
-    if (!decoder.is_null() && decoder.value("type", std::string()) != "ByteLevel") {
-      throw fail("decoder '" + decoder.value("type", std::string()) + "' is not supported (only ByteLevel)");
-    }
-
-    // Post-processor: ByteLevel adds nothing; TemplateProcessing's single-sequence template adds special tokens.
-    const json& post = root.value("post_processor", json());
-    std::vector<json> posts;
-    if (post.is_object() && post.value("type", std::string()) == "Sequence") {
-      for (const json& p : post.value("processors", json::array())) posts.push_back(p);
-    } else if (!post.is_null()) {
-      posts.push_back(post);
-    }
-    for (const json& p : posts) {
-      const std::string type = p.value("type", std::string());
-      if (type == "ByteLevel") continue;
-      if (type != "TemplateProcessing") throw fail("post-processor '" + type + "' is not supported");
-      bool after_sequence = false;
-      for (const json& piece : p.at("single")) {
-        if (piece.contains("Sequence")) {
-          after_sequence = true;
-        } else if (piece.contains("SpecialToken")) {
-          const std::string name = piece["SpecialToken"].at("id").get<std::string>();
-          const json& entry = p.at("special_tokens").at(name);
-          for (const json& id : entry.at("ids")) (after_sequence ? impl->suffix_ids : impl->prefix_ids).push_back(id.get<int32_t>());
-        }
-      }
-    }
+    impl->normalize_nfc = read_normalizer(root, fail);
+    impl->read_pre_tokenizer(root, fail);
+    check_decoder(root, fail);
+    impl->read_post_processor(root, fail);
   } catch (const json::exception& e) {
     throw fail(std::string("unexpected structure: ") + e.what());
   }
-
-  // tokenizer_config.json: chat template and the named special tokens.
-  if (!config_json.empty()) {
-    const json config = parse_json(config_json, config_label);
-    if (!config.is_object()) throw InvalidInput(config_label + ": expected a JSON object");
-    const auto it = config.find("chat_template");
-    if (it != config.end() && it->is_string()) {
-      impl->chat_template = it->get<std::string>();
-    } else if (it != config.end() && it->is_array()) {
-      for (const json& named : *it) {
-        if (named.is_object() && named.value("name", std::string()) == "default" && named.contains("template")) {
-          impl->chat_template = named["template"].get<std::string>();
-        }
-      }
-    }
-    impl->eos = token_field(config, "eos_token");
-    impl->bos = token_field(config, "bos_token");
-    impl->pad = token_field(config, "pad_token");
-  }
+  if (!config_json.empty()) impl->read_config(config_json, config_label);
   return Tokenizer(std::move(impl));
 }
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 namespace nanovllm::jinja {
 

@@ -4,19 +4,14 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
-namespace nanovllm::jinja {
+#include "jinja/error.h"
 
-// A runtime error without a line; the statement that runs it adds the line.
-class Error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace nanovllm::jinja {
 
 class Value;
 using ValueList = std::vector<Value>;
@@ -116,9 +111,5 @@ class Value {
 
 // Python's float repr: shortest round-trip digits, with '.0' on integral values.
 std::string python_float_repr(double d);
-// Unicode-aware helpers on UTF-8 strings, as Python str methods.
-std::u32string to_u32(std::string_view s);
-std::string from_u32(std::u32string_view s);
-bool is_python_space(char32_t c);
 
 }  // namespace nanovllm::jinja

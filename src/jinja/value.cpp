@@ -1,9 +1,9 @@
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 #include <charconv>
 #include <cmath>
 
-#include "tokenizer/utf8.h"
+#include "jinja/python_str.h"
 
 namespace nanovllm::jinja {
 
@@ -279,26 +279,6 @@ const Value* Value::find_key(std::string_view key) const {
     if (k == key) return &v;
   }
   return nullptr;
-}
-
-std::u32string to_u32(std::string_view s) {
-  if (utf8::find_invalid(s) != utf8::kAllValid) return to_u32(utf8::to_valid_lossy(s));  // never read past the end
-  std::u32string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) out.push_back(utf8::decode_at(s, i));
-  return out;
-}
-
-std::string from_u32(std::u32string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (const char32_t c : s) utf8::append(out, c);
-  return out;
-}
-
-bool is_python_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 }  // namespace nanovllm::jinja

@@ -1,17 +1,13 @@
 #pragma once
-// Jinja's filters, tests, attribute/item access and Python's str/dict methods, over jinja::Value.
+// Reading into values: attributes, items, slices, membership, and dict items.
+#include <cstdint>
 #include <optional>
-#include <stdexcept>
 #include <string>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 namespace nanovllm::jinja {
 
-Value apply_filter(const std::string& name, const Value& value, const CallArgs& args);
-bool apply_test(const std::string& name, const Value& value, const CallArgs& args);
-bool has_filter(const std::string& name);
-bool has_test(const std::string& name);
 // obj.name: a dict key, a namespace attribute, or a bound str/dict method; undefined when absent.
 Value get_attribute(const Value& obj, const std::string& name);
 // obj[key]: dict key or list/string index (negative counts from the end); undefined when absent.
@@ -19,7 +15,9 @@ Value get_item(const Value& obj, const Value& key);
 Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<int64_t> stop, std::optional<int64_t> step);
 // `a in b`.
 bool contains(const Value& container, const Value& item);
-// Global functions: namespace, range, raise_exception, strftime_now, dict.
-std::optional<Value> global_function(const std::string& name);
+// Looks up a dotted path ("a.b", "items.0") on a value, as Jinja's attribute= arguments do.
+Value attribute_path(const Value& item, const std::string& path);
+// dict.items() as [key, value] lists; empty for undefined.
+ValueList items_of(const Value& v);
 
 }  // namespace nanovllm::jinja
