@@ -76,6 +76,7 @@ std::vector<RequestOutput> EngineHandle::generate(const std::vector<Prompt>& pro
   }
 
   std::vector<RequestOutput> outputs(prompts.size());
+  const RunCounters before = engine.run_counters();  // the summary covers this call
   ProgressBar bar(static_cast<int>(prompts.size()), native_progress);
   while (!engine.is_finished()) {
     std::vector<RequestOutput> done;
@@ -83,16 +84,19 @@ std::vector<RequestOutput> EngineHandle::generate(const std::vector<Prompt>& pro
       py::gil_scoped_release release;
       done = engine.step();
     }
+    const StepStats& s = engine.last_step();
+    StepProgress step{static_cast<int>(done.size()), 0, s.is_prefill, s.num_tokens, s.seconds};
     for (RequestOutput& out : done) {
+      step.finished_output_tokens += static_cast<int64_t>(out.token_ids.size());
       in_flight.finished(out.request_id);
       outputs[index_of.at(out.request_id)] = std::move(out);
     }
-    const StepStats& s = engine.last_step();
-    bar.update(static_cast<int>(done.size()), s.is_prefill, s.num_tokens, s.seconds);
+    bar.update(step);
     if (!on_step.is_none()) on_step(done.size(), s.is_prefill, s.num_tokens, s.seconds);
     // Runs Python's signal handlers: Ctrl-C raises KeyboardInterrupt here, between two steps.
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
+  bar.finish(engine.run_counters().since(before));
   return outputs;
 }
 

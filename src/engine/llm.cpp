@@ -25,12 +25,7 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, con
       outputs[i].prompt_token_ids = prompts[i].token_ids;
     }
   }
-  // The engine's counters run over its lifetime; the summary covers this call.
-  const auto counters = [this] {
-    return RunCounters{engine_->num_prefix_queried_tokens(), engine_->num_prefix_hit_tokens(),
-                       engine_->num_preemptions()};
-  };
-  const RunCounters before = counters();
+  const RunCounters before = engine_->run_counters();  // the summary covers this call
   ProgressBar bar(static_cast<int>(index_of.size()), engine_->config().show_progress);
   while (!engine_->is_finished()) {
     std::vector<RequestOutput> done = engine_->step();
@@ -42,9 +37,7 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, con
     }
     bar.update(step);
   }
-  const RunCounters after = counters();
-  bar.finish({after.prefix_cache_queried_tokens - before.prefix_cache_queried_tokens,
-              after.prefix_cache_hit_tokens - before.prefix_cache_hit_tokens, after.preemptions - before.preemptions});
+  bar.finish(engine_->run_counters().since(before));
   return outputs;
 }
 

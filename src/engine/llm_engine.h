@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model_executor.h"
+#include "engine/progress_bar.h"
 #include "engine/scheduler.h"
 #include "model/hf_config.h"
 #include "nanovllm/config.h"
@@ -63,8 +64,11 @@ class LLMEngine {
   size_t weight_bytes() const { return executor_->weight_bytes(); }      // all ranks
   double startup_seconds() const { return startup_seconds_; }
   int64_t num_preemptions() const { return scheduler_->num_preemptions(); }
-  int64_t num_prefix_queried_tokens() const { return scheduler_->block_manager().num_prefix_queried_tokens(); }
-  int64_t num_prefix_hit_tokens() const { return scheduler_->block_manager().num_prefix_hit_tokens(); }
+  // Prefix-cache and preemption counts since the engine started.
+  RunCounters run_counters() const {
+    const BlockManager& blocks = scheduler_->block_manager();
+    return {blocks.num_prefix_queried_tokens(), blocks.num_prefix_hit_tokens(), scheduler_->num_preemptions()};
+  }
 
  private:
   struct Request;

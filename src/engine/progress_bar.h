@@ -23,6 +23,11 @@ struct StepProgress {
 struct RunCounters {
   int64_t prefix_cache_queried_tokens = 0, prefix_cache_hit_tokens = 0;
   int64_t preemptions = 0;
+  // The counts between an earlier reading and this one (an engine's counters run over its lifetime).
+  RunCounters since(const RunCounters& earlier) const {
+    return {prefix_cache_queried_tokens - earlier.prefix_cache_queried_tokens,
+            prefix_cache_hit_tokens - earlier.prefix_cache_hit_tokens, preemptions - earlier.preemptions};
+  }
 };
 
 class ProgressBar {
