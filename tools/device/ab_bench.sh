@@ -8,6 +8,7 @@ set -u
 rounds="$1"
 shift
 out="${OUT:-/tmp}"
+mkdir -p "$out"
 declare -A results
 names=()
 for spec in "$@"; do names+=("${spec%%=*}"); done
