@@ -27,9 +27,7 @@ void EngineOptions::add_to(CLI::App& cmd) {
   cmd.add_flag("!--no-prefix-caching", config.enable_prefix_caching, "disable prefix caching");
   cmd.add_option_function<std::string>(
          "--step-policy",
-         [this](const std::string& name) {
-           config.step_policy = name == "prefill-first" ? StepPolicy::PrefillFirst : StepPolicy::DecodeFirst;
-         },
+         [this](const std::string& name) { config.step_policy = parse_step_policy(name); },
          "decode-first (vLLM V1: steps mix decode and prefill rows) | prefill-first (nano-vLLM)")
       ->check(CLI::IsMember({"decode-first", "prefill-first"}))
       ->default_str("decode-first");

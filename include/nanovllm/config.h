@@ -13,6 +13,10 @@ enum class StepPolicy {
   // nano-vLLM: while a prompt is waiting (and fits) or partly prefilled, steps prefill and nothing decodes.
   PrefillFirst,
 };
+// "decode-first" / "prefill-first", the names the CLI and the Python package take.
+std::string to_string(StepPolicy policy);
+// Throws InvalidInput naming the value for any other name.
+StepPolicy parse_step_policy(const std::string& name);
 
 struct EngineConfig {
   std::string model;                   // Hugging Face model folder

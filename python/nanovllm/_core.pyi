@@ -19,6 +19,7 @@ class EngineConfig:
     num_kvcache_blocks: int
     cpu_kvcache_space_gib: float
     enable_prefix_caching: bool
+    step_policy: str  # "decode-first" | "prefill-first"
     load_dummy_weights: bool
     seed: int
     show_progress: bool

@@ -44,6 +44,10 @@ void bind_engine_config(py::module_& m) {
   bind_field(cls, fields, "cpu_kvcache_space_gib", &EngineConfig::cpu_kvcache_space_gib);
   bind_field(cls, fields, "enable_prefix_caching", &EngineConfig::enable_prefix_caching);
   bind_field(cls, fields, "seed", &EngineConfig::seed);
+  cls.def_property(
+      "step_policy", [](const EngineConfig& c) { return to_string(c.step_policy); },
+      [](EngineConfig& c, const std::string& name) { c.step_policy = parse_step_policy(name); });
+  fields.emplace_back("step_policy");
   // Set by LLM() itself: the model path, load_format="dummy", and generate's use_tqdm.
   cls.def_readwrite("model", &EngineConfig::model);
   cls.def_readwrite("load_dummy_weights", &EngineConfig::load_dummy_weights);

@@ -1,4 +1,4 @@
-// EngineConfig::validate(): settings the engine can run with.
+// EngineConfig::validate(): settings the engine can run with; the step policies' names.
 #include <cmath>
 #include <string>
 
@@ -6,6 +6,16 @@
 #include "nanovllm/config.h"
 
 namespace nanovllm {
+
+std::string to_string(StepPolicy policy) {
+  return policy == StepPolicy::PrefillFirst ? "prefill-first" : "decode-first";
+}
+
+StepPolicy parse_step_policy(const std::string& name) {
+  for (StepPolicy p : {StepPolicy::DecodeFirst, StepPolicy::PrefillFirst})
+    if (name == to_string(p)) return p;
+  throw_invalid_setting("step_policy", "decode-first or prefill-first", name);
+}
 
 namespace {
 constexpr int kMinBlockSize = 16;

@@ -150,5 +150,18 @@ TEST(EngineConfigValidate, CpuKvcacheSpace) {
   expect_invalid(engine([](auto& c) { c.cpu_kvcache_space_gib = std::nan(""); }), {"cpu_kvcache_space_gib"});
 }
 
+TEST(StepPolicyNames, RoundTripAndRefuseOthers) {
+  for (StepPolicy p : {StepPolicy::DecodeFirst, StepPolicy::PrefillFirst}) EXPECT_EQ(parse_step_policy(to_string(p)), p);
+  EXPECT_EQ(to_string(StepPolicy::DecodeFirst), "decode-first");
+  EXPECT_EQ(to_string(StepPolicy::PrefillFirst), "prefill-first");
+  try {
+    parse_step_policy("fcfs");
+    ADD_FAILURE() << "fcfs was accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("step_policy"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("\"fcfs\""), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace nanovllm

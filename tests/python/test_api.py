@@ -202,4 +202,5 @@ def test_progress_bar_without_tqdm_is_the_engines(model_dir):
             break
         err += chunk
     os.close(main)
-    assert re.search(rb"Generating \[#+\] 1/1 +Prefill: \d+ tok/s +Decode: \d+ tok/s", err), err
+    assert re.search(rb"Generating \[#+\] 1/1 requests \[[0-9:]+<[0-9:?]+\], prefill \d+ tok/s, decode \d+ tok/s", err), err
+    assert re.search(rb"1 requests in [0-9.]+ s: .* prefix-cache hit rate (n/a|[0-9.]+%), 0 preemptions", err), err
