@@ -10,9 +10,6 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 cmake -S "${repo_root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNANOVLLM_CUDA=OFF \
   -DNANOVLLM_SANITIZE=ON "${launcher[@]}" >/dev/null
 ninja -C "${build}" -j "${NANOVLLM_BUILD_JOBS:-$(nproc)}"
-# OpenMP's and OpenBLAS's thread pools live until exit: leaks reported there are not ours, so LeakSanitizer
-# stays on but ignores them through the suppressions file.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=${repo_root}/scripts/lsan.supp}"
 ctest --test-dir "${build}" --output-on-failure -j "$(nproc)" --timeout 1800 "$@"
