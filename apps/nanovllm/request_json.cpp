@@ -2,7 +2,9 @@
 
 #include <set>
 
+#include "common/checked_number.h"
 #include "common/error.h"
+#include "common/quoted.h"
 
 namespace nanovllm::cli {
 
@@ -14,19 +16,25 @@ T field(const RequestJson& j, const char* name) {
   try {
     return j.at(name).get<T>();
   } catch (const RequestJson::exception&) {
-    throw InvalidInput(std::string("field '") + name + "' has the wrong type: " + j.at(name).dump());
+    throw InvalidInput(std::string("field '") + name + "' has the wrong type: " + quoted_json(j.at(name)));
   }
 }
 
+// Range checks beyond int's are SamplingParams::validate()'s; this one only refuses what int cannot hold.
 std::optional<int> optional_int(const RequestJson& j, const char* name) {
   if (!j.contains(name) || j.at(name).is_null()) return std::nullopt;
-  if (!j.at(name).is_number_integer()) throw InvalidInput(std::string("field '") + name + "' must be an integer");
-  return j.at(name).get<int>();
+  return checked_integer<int>(j.at(name), name);
 }
 
-float number(const RequestJson& j, const char* name) {
-  if (!j.at(name).is_number()) throw InvalidInput(std::string("field '") + name + "' must be a number");
-  return j.at(name).get<float>();
+float number(const RequestJson& j, const char* name) { return checked_finite<float>(j.at(name), name); }
+
+std::vector<int32_t> token_ids(const RequestJson& j, const char* name) {
+  const RequestJson& ids = j.at(name);
+  if (!ids.is_array()) throw InvalidInput(std::string("field '") + name + "' must be an array of integers");
+  std::vector<int32_t> out;
+  out.reserve(ids.size());
+  for (const RequestJson& id : ids) out.push_back(checked_integer<int32_t>(id, name, 0));
+  return out;
 }
 }  // namespace
 
@@ -37,7 +45,7 @@ ParsedRequest parse_request(const RequestJson& line, const SamplingParams& defau
       "enable_thinking", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "min_tokens",
       "ignore_eos", "stop_token_ids", "stop", "logprobs", "prompt_logprobs", "skip_special_tokens"};
   for (const auto& [key, value] : line.items())
-    if (!known.count(key)) throw InvalidInput("unknown field '" + key + "'");
+    if (!known.count(key)) throw InvalidInput("unknown field " + quoted_text(key));
 
   ParsedRequest r;
   r.params = defaults;
@@ -48,14 +56,7 @@ ParsedRequest parse_request(const RequestJson& line, const SamplingParams& defau
     r.prompt.text = line["prompt"].get<std::string>();
     if (r.prompt.text.empty()) throw InvalidInput("prompt is empty");
   } else if (line.contains("prompt_token_ids")) {
-    const RequestJson& ids = line["prompt_token_ids"];
-    if (!ids.is_array()) throw InvalidInput("field 'prompt_token_ids' must be an array of integers");
-    for (const RequestJson& id : ids) {
-      if (!id.is_number_integer()) throw InvalidInput("prompt_token_ids holds a non-integer: " + id.dump());
-      const auto v = id.get<int64_t>();
-      if (v < 0 || v > INT32_MAX) throw InvalidInput("prompt token id " + std::to_string(v) + " is out of range");
-      r.prompt.token_ids.push_back(static_cast<int32_t>(v));
-    }
+    r.prompt.token_ids = token_ids(line, "prompt_token_ids");
     if (r.prompt.token_ids.empty()) throw InvalidInput("prompt is empty");
   } else {
     if (!line["messages"].is_array() || line["messages"].empty())
@@ -77,13 +78,13 @@ ParsedRequest parse_request(const RequestJson& line, const SamplingParams& defau
   if (auto v = optional_int(line, "top_k")) p.top_k = *v;
   if (auto v = optional_int(line, "max_tokens")) p.max_tokens = *v;
   if (auto v = optional_int(line, "min_tokens")) p.min_tokens = *v;
-  if (line.contains("seed") && !line["seed"].is_null()) {
-    if (!line["seed"].is_number_integer()) throw InvalidInput("field 'seed' must be an integer");
-    p.seed = static_cast<uint64_t>(line["seed"].get<int64_t>());
+  if (line.contains("seed") && !line["seed"].is_null()) {  // any 64-bit pattern; negative ones wrap, as in vLLM
+    const RequestJson& seed = line["seed"];
+    p.seed = seed.is_number_unsigned() ? seed.get<uint64_t>() : static_cast<uint64_t>(checked_integer<int64_t>(seed, "seed"));
   }
   if (line.contains("ignore_eos")) p.ignore_eos = field<bool>(line, "ignore_eos");
   if (line.contains("skip_special_tokens")) p.skip_special_tokens = field<bool>(line, "skip_special_tokens");
-  if (line.contains("stop_token_ids")) p.stop_token_ids = field<std::vector<int32_t>>(line, "stop_token_ids");
+  if (line.contains("stop_token_ids")) p.stop_token_ids = token_ids(line, "stop_token_ids");
   if (line.contains("stop")) {
     const RequestJson& s = line["stop"];
     if (s.is_string()) p.stop = {s.get<std::string>()};

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/json_parse.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,11 +27,7 @@ struct TokenizeOptions {
 
 nlohmann::ordered_json read_stdin_json() {
   const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-  try {
-    return nlohmann::ordered_json::parse(input);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InvalidInput(std::string("stdin is not valid JSON: ") + e.what());
-  }
+  return parse_json<nlohmann::ordered_json>(input, "stdin");
 }
 
 std::string render_chat(const Tokenizer& tokenizer, const nlohmann::ordered_json& request) {

@@ -1,7 +1,6 @@
 #include "engine/llm_engine.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "model/weight_source.h"
 #include "tokenizer/chat_template.h"
@@ -34,9 +33,18 @@ LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
   config_.validate();
   const std::filesystem::path dir(config_.model);
   if (config_.load_dummy_weights && std::filesystem::is_regular_file(dir)) {
-    model_config_ = ModelConfig::from_json(nlohmann::json::parse(std::ifstream(dir)), nullptr);
+    model_config_ = ModelConfig::from_json(read_json_file(dir), nullptr);
   } else {
     model_config_ = ModelConfig::from_dir(dir);
+  }
+  // As nano-vLLM: the default length shrinks to what the model was trained for; a length asked for above it
+  // is refused (positions past it were never trained, and their tables would be allocated for nothing).
+  if (config_.max_model_len > model_config_.max_position_embeddings) {
+    if (config_.max_model_len != EngineConfig{}.max_model_len)
+      throw InvalidInput("max_model_len " + std::to_string(config_.max_model_len) +
+                         " exceeds the model's max_position_embeddings (" +
+                         std::to_string(model_config_.max_position_embeddings) + ")");
+    config_.max_model_len = model_config_.max_position_embeddings;
   }
   if (std::filesystem::is_directory(dir) && std::filesystem::exists(dir / "tokenizer.json"))
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_model_dir(dir));

@@ -5,7 +5,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/checked_number.h"
 #include "common/error.h"
+#include "common/quoted.h"
 
 namespace nanovllm {
 namespace {
@@ -23,30 +25,44 @@ const json* find_field(const json& config, const char* name) {
   return &*it;
 }
 
-int int_value(const json& value, const char* name) {
-  if (!value.is_number_integer()) fail(std::string("field '") + name + "' must be an integer, got " + value.dump());
-  const auto v = value.get<int64_t>();
-  if (v <= 0 || v > (int64_t{1} << 30)) fail(std::string("field '") + name + "' must be positive, got " + value.dump());
-  return static_cast<int>(v);
+// Every size of the model: positive and at most 2^30, so that products of two fit in int64_t.
+constexpr int kMaxSize = 1 << 30;
+// More layers than any released model has by far; the limit keeps per-layer tables small.
+constexpr int kMaxLayers = 4096;
+// The parameter count the sizes may add up to (a trillion: beyond any single-host model).
+constexpr uint64_t kMaxParameters = 1ull << 40;
+
+int int_value(const json& value, const char* name, int max = kMaxSize) {
+  const bool not_positive = value.is_number_unsigned() ? value.get<uint64_t>() == 0
+                                                       : value.is_number_integer() && value.get<int64_t>() <= 0;
+  if (not_positive) fail(std::string("field '") + name + "' must be positive, got " + quoted_json(value));
+  try {
+    return checked_integer<int>(value, name, 1, max);
+  } catch (const InvalidInput& e) {
+    fail(e.what());
+  }
 }
 
-int required_int(const json& config, const char* name) {
+int required_int(const json& config, const char* name, int max = kMaxSize) {
   const json* value = find_field(config, name);
   if (!value) fail(std::string("required field '") + name + "' is missing");
-  return int_value(*value, name);
+  return int_value(*value, name, max);
 }
 
 double number_or(const json& config, const char* name, double fallback) {
   const json* value = find_field(config, name);
   if (!value) return fallback;
-  if (!value->is_number()) fail(std::string("field '") + name + "' must be a number, got " + value->dump());
-  return value->get<double>();
+  try {
+    return checked_finite<double>(*value, name);
+  } catch (const InvalidInput& e) {
+    fail(e.what());
+  }
 }
 
 bool bool_or(const json& config, const char* name, bool fallback) {
   const json* value = find_field(config, name);
   if (!value) return fallback;
-  if (!value->is_boolean()) fail(std::string("field '") + name + "' must be true or false, got " + value->dump());
+  if (!value->is_boolean()) fail(std::string("field '") + name + "' must be true or false, got " + quoted_json(*value));
   return value->get<bool>();
 }
 
@@ -54,9 +70,11 @@ bool bool_or(const json& config, const char* name, bool fallback) {
 std::vector<int32_t> token_ids(const json& value, const char* file, const char* name) {
   std::vector<int32_t> ids;
   auto add = [&](const json& v) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
-      throw InvalidInput(std::string(file) + ": field '" + name + "' must hold token ids, got " + value.dump());
-    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+    try {
+      ids.push_back(checked_integer<int32_t>(v, name, 0));
+    } catch (const InvalidInput& e) {
+      throw InvalidInput(std::string(file) + ": " + e.what());
+    }
   };
   if (value.is_array()) {
     for (const json& v : value) add(v);
@@ -81,7 +99,7 @@ std::string parse_architecture(const json& config) {
     fail("neither 'architectures' nor 'model_type' is given");
   }
   if (name != "Qwen3ForCausalLM" && name != "Qwen2ForCausalLM")
-    fail("architecture '" + name + "' is not supported (supported: Qwen3ForCausalLM, Qwen2ForCausalLM)");
+    fail("architecture " + quoted_text(name) + " is not supported (supported: Qwen3ForCausalLM, Qwen2ForCausalLM)");
   return name;
 }
 
@@ -94,8 +112,27 @@ void check_rope_scaling(const json& config) {
     std::string type = "default";
     if (auto it = scaling->find("rope_type"); it != scaling->end() && it->is_string()) type = it->get<std::string>();
     else if (auto it2 = scaling->find("type"); it2 != scaling->end() && it2->is_string()) type = it2->get<std::string>();
-    if (type != "default") fail("rope_scaling type '" + type + "' is not supported");
+    if (type != "default") fail("rope_scaling type " + quoted_text(type) + " is not supported");
   }
+}
+
+// The sizes' products (q_size, the weights' element counts) must fit the int and int64_t math downstream,
+// and the whole model must be one a host could hold: checked here, before anything is allocated for it.
+void check_parameter_count(const ModelConfig& c) {
+  const uint64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, d = c.head_dim;
+  uint64_t q = 0, kv = 0;
+  if (!multiply_fits(c.num_attention_heads, d, q) || q > static_cast<uint64_t>(kMaxSize) ||
+      !multiply_fits(c.num_key_value_heads, d, kv))
+    fail("num_attention_heads x head_dim (" + std::to_string(c.num_attention_heads) + " x " + std::to_string(d) +
+         ") exceeds " + std::to_string(kMaxSize));
+  // Every term is a product of two sizes <= 2^30, so it fits; the sums stay below 2^64 as well.
+  const uint64_t per_layer = 2 * H + (q + 2 * kv) * H + (q + 2 * kv) + H * q + 2 * d + 3 * I * H;
+  uint64_t layers = 0;
+  const uint64_t embeddings = (c.tie_word_embeddings ? 1 : 2) * V * H;
+  if (!multiply_fits(per_layer, c.num_hidden_layers, layers) || layers + embeddings + H > kMaxParameters)
+    fail("the sizes add up to more than " + std::to_string(kMaxParameters) + " parameters (vocab_size " +
+         std::to_string(V) + ", hidden_size " + std::to_string(H) + ", intermediate_size " + std::to_string(I) +
+         ", num_hidden_layers " + std::to_string(c.num_hidden_layers) + ")");
 }
 
 // The float's shortest round-trip decimal (1e-06, not 9.999999974752427e-07) as a JSON double.
@@ -111,7 +148,7 @@ DType dtype_from_torch_name(const std::string& name, const std::string& what) {
   if (name == "bfloat16") return DType::BF16;
   if (name == "float16") return DType::F16;
   if (name == "float32") return DType::F32;
-  throw InvalidInput(what + ": dtype '" + name + "' is not supported (supported: bfloat16, float16, float32)");
+  throw InvalidInput(what + ": dtype " + quoted_text(name) + " is not supported (supported: bfloat16, float16, float32)");
 }
 
 const char* torch_dtype_name(DType dtype) {
@@ -120,18 +157,6 @@ const char* torch_dtype_name(DType dtype) {
     case DType::F16: return "float16";
     case DType::F32: return "float32";
     default: return "unsupported";
-  }
-}
-
-json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidInput(path.string() + ": cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    throw InvalidInput(path.string() + ": malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
   }
 }
 
@@ -144,7 +169,7 @@ ModelConfig ModelConfig::from_json(const json& config, const json* generation_co
   c.vocab_size = required_int(config, "vocab_size");
   c.hidden_size = required_int(config, "hidden_size");
   c.intermediate_size = required_int(config, "intermediate_size");
-  c.num_hidden_layers = required_int(config, "num_hidden_layers");
+  c.num_hidden_layers = required_int(config, "num_hidden_layers", kMaxLayers);
   c.num_attention_heads = required_int(config, "num_attention_heads");
   const json* kv_heads = find_field(config, "num_key_value_heads");
   c.num_key_value_heads = kv_heads ? int_value(*kv_heads, "num_key_value_heads") : c.num_attention_heads;
@@ -159,8 +184,16 @@ ModelConfig ModelConfig::from_json(const json& config, const json* generation_co
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   if (c.head_dim % 2 != 0) fail("head_dim must be even for rotary embeddings, got " + std::to_string(c.head_dim));
+  check_parameter_count(c);
 
-  c.rms_norm_eps = static_cast<float>(number_or(config, "rms_norm_eps", 1e-6));
+  // Checked as the float the kernels use: 1e300 is a finite double but an infinite eps.
+  if (const json* eps = find_field(config, "rms_norm_eps")) {
+    try {
+      c.rms_norm_eps = checked_finite<float>(*eps, "rms_norm_eps");
+    } catch (const InvalidInput& e) {
+      fail(e.what());
+    }
+  }
   c.rope_theta = number_or(config, "rope_theta", 10000.0);
   if (const json* params = find_field(config, "rope_parameters"); params && params->is_object())
     c.rope_theta = number_or(*params, "rope_theta", c.rope_theta);
@@ -175,7 +208,7 @@ ModelConfig ModelConfig::from_json(const json& config, const json* generation_co
   c.qk_norm = qwen3;
   if (bool_or(config, "use_sliding_window", false)) fail("use_sliding_window = true is not supported");
   if (const json* act = find_field(config, "hidden_act"); act && *act != "silu")
-    fail("hidden_act " + act->dump() + " is not supported (supported: silu)");
+    fail("hidden_act " + quoted_json(*act) + " is not supported (supported: silu)");
 
   const json* dtype = find_field(config, "torch_dtype");
   if (!dtype) dtype = find_field(config, "dtype");

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
+#include "common/json_parse.h"  // read_json_file
 
 namespace nanovllm {
 
@@ -48,8 +49,5 @@ struct ModelConfig {
 DType dtype_from_torch_name(const std::string& name, const std::string& what);
 // DType::BF16 -> "bfloat16" etc.
 const char* torch_dtype_name(DType dtype);
-
-// Parses a JSON file; unreadable or malformed -> InvalidInput naming the file (and the parse position).
-nlohmann::json read_json_file(const std::filesystem::path& path);
 
 }  // namespace nanovllm

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "common/host_memory.h"
+
 namespace nanovllm {
 
 namespace {
@@ -65,6 +67,8 @@ void Qwen3Model::build_rope_table(int max_model_len) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(d);
     inv_freq[i] = 1.0f / std::pow(static_cast<float>(config_.rope_theta), exponent);
   }
+  const uint64_t table_bytes = static_cast<uint64_t>(max_model_len) * static_cast<uint64_t>(d) * sizeof(float);
+  require_host_memory(table_bytes, "the rope table for max_model_len " + std::to_string(max_model_len));
   std::vector<float> table(static_cast<size_t>(max_model_len) * d);
   for (int pos = 0; pos < max_model_len; ++pos) {
     for (int i = 0; i < half; ++i) {

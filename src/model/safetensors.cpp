@@ -6,8 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/checked_number.h"
 #include "common/error.h"
-#include "model/hf_config.h"
+#include "common/json_parse.h"
+#include "common/quoted.h"
 
 namespace nanovllm {
 namespace {
@@ -16,6 +18,8 @@ using nlohmann::json;
 
 // A header larger than this is not a header of a real checkpoint (Qwen3-32B's is ~50 KiB).
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+// No tensor of a real checkpoint has more elements (a 2^40-element tensor alone would be 2 TiB in BF16).
+constexpr uint64_t kMaxTensorElements = 1ull << 40;
 
 bool parse_dtype(const std::string& name, DType& out) {
   if (name == "F32") out = DType::F32;
@@ -57,12 +61,9 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     throw InvalidInput(where + "bad header: header length " + std::to_string(header_len) + " exceeds the file size (" +
                        std::to_string(file_size) + ") or 100 MiB");
   const char* header_text = reinterpret_cast<const char*>(file.mapping_.data() + 8);
-  json header;
-  try {
-    header = json::parse(header_text, header_text + header_len);
-  } catch (const json::parse_error& e) {
-    throw InvalidInput(where + "bad header: malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
-  }
+  // A repeated tensor name would leave one of two data ranges unowned and the other silently chosen.
+  const json header = parse_json(std::string_view(header_text, header_len), where + "bad header",
+                                 DuplicateKeys::kReject);
   if (!header.is_object()) throw InvalidInput(where + "bad header: not a JSON object");
 
   const size_t data_start = 8 + header_len;
@@ -73,28 +74,29 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
           if (value.is_string()) file.metadata_[key] = value.get<std::string>();
       continue;
     }
-    const std::string tensor = where + "tensor '" + name + "' ";
+    const std::string tensor = where + "tensor " + quoted_text(name) + " ";
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
-      throw InvalidInput(tensor + "has a malformed entry (needs dtype, shape, data_offsets): " + info.dump());
+      throw InvalidInput(tensor + "has a malformed entry (needs dtype, shape, data_offsets): " + quoted_json(info));
     const json& dtype_field = info["dtype"];
     const std::string dtype_name = dtype_field.is_string() ? dtype_field.get<std::string>() : dtype_field.dump();
-    Entry entry{DType::F32, {}, 0};
+    Entry entry{DType::F32, {}, 0, 0};
     if (!parse_dtype(dtype_name, entry.dtype))
-      throw InvalidInput(tensor + "has dtype '" + dtype_name + "', which is not supported (supported: F32, BF16, F16)");
+      throw InvalidInput(tensor + "has dtype " + quoted_text(dtype_name) + ", which is not supported (supported: F32, BF16, F16)");
     const json& shape = info["shape"];
-    if (!shape.is_array()) throw InvalidInput(tensor + "has a malformed shape: " + shape.dump());
+    if (!shape.is_array()) throw InvalidInput(tensor + "has a malformed shape: " + quoted_json(shape));
+    // The running product is checked at every step: [2^32, 2^32] must not wrap to 0.
     uint64_t numel = 1;
     for (const json& d : shape) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40))
-        throw InvalidInput(tensor + "has a malformed shape: " + shape.dump());
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > kMaxTensorElements)
+        throw InvalidInput(tensor + "has a malformed shape: " + quoted_json(shape));
       entry.shape.push_back(d.get<int64_t>());
-      numel *= d.get<uint64_t>();
-      if (numel > (1ull << 40)) throw InvalidInput(tensor + "has an absurd shape: " + shape.dump());
+      if (!multiply_fits(numel, d.get<uint64_t>(), numel) || numel > kMaxTensorElements)
+        throw InvalidInput(tensor + "has shape " + quoted_json(shape) + " with more than 2^40 elements");
     }
     const json& offsets = info["data_offsets"];
     if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned() ||
         offsets[0].get<uint64_t>() > offsets[1].get<uint64_t>())
-      throw InvalidInput(tensor + "has malformed data_offsets: " + offsets.dump());
+      throw InvalidInput(tensor + "has malformed data_offsets: " + quoted_json(offsets));
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     const uint64_t expected_bytes = numel * dtype_size(entry.dtype);
     if (end - begin != expected_bytes)
@@ -106,14 +108,31 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
                          ") lies past the end of the file (size " + std::to_string(file_size) +
                          "); the file is truncated");
     entry.offset = data_start + begin;
+    entry.bytes = end - begin;
     file.tensors_.emplace(name, std::move(entry));
   }
+  file.check_disjoint();
   return file;
+}
+
+// Two tensors sharing bytes means a corrupt or hostile header: writing through one would change the other.
+void SafetensorsFile::check_disjoint() const {
+  std::vector<std::pair<const std::string*, const Entry*>> by_offset;
+  for (const auto& [name, entry] : tensors_)
+    if (entry.bytes != 0) by_offset.emplace_back(&name, &entry);
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) { return a.second->offset < b.second->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const auto& [prev_name, prev] = by_offset[i - 1];
+    const auto& [name, entry] = by_offset[i];
+    if (entry->offset < prev->offset + prev->bytes)
+      throw InvalidInput(path_.string() + ": tensors " + quoted_text(*prev_name) + " and " + quoted_text(*name) +
+                         " overlap in data_offsets");
+  }
 }
 
 HostTensorView SafetensorsFile::get(const std::string& name) const {
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) throw InvalidInput(path_.string() + ": has no tensor '" + name + "'");
+  if (it == tensors_.end()) throw InvalidInput(path_.string() + ": has no tensor " + quoted_text(name));
   return HostTensorView{mapping_.data() + it->second.offset, it->second.dtype, it->second.shape};
 }
 
@@ -140,20 +159,20 @@ CheckpointReader CheckpointReader::open(const std::filesystem::path& dir) {
       throw InvalidInput(index_path.string() + ": has no 'weight_map' object");
     std::map<std::string, size_t> shard_of_file;
     for (const auto& [name, shard] : weight_map->items()) {
-      if (!shard.is_string()) throw InvalidInput(index_path.string() + ": weight_map['" + name + "'] is not a file name");
+      if (!shard.is_string()) throw InvalidInput(index_path.string() + ": weight_map[" + quoted_text(name) + "] is not a file name");
       const fs::path shard_name = shard.get<std::string>();
       if (shard_name.is_absolute() || shard_name.filename() != shard_name)
-        throw InvalidInput(index_path.string() + ": shard '" + shard_name.string() + "' is not a file name in the folder");
+        throw InvalidInput(index_path.string() + ": shard " + quoted_text(shard_name.string()) + " is not a file name in the folder");
       auto [it, fresh] = shard_of_file.emplace(shard_name.string(), reader.files_.size());
       if (fresh) {
         const fs::path shard_path = dir / shard_name;
         if (!fs::exists(shard_path))
-          throw InvalidInput(index_path.string() + ": lists shard '" + shard_name.string() + "', which is missing");
+          throw InvalidInput(index_path.string() + ": lists shard " + quoted_text(shard_name.string()) + ", which is missing");
         reader.files_.push_back(SafetensorsFile::open(shard_path));
       }
       if (!reader.files_[it->second].contains(name))
-        throw InvalidInput(index_path.string() + ": says tensor '" + name + "' is in '" + shard_name.string() +
-                           "', but that shard has no such tensor");
+        throw InvalidInput(index_path.string() + ": says tensor " + quoted_text(name) + " is in " + quoted_text(shard_name.string()) +
+                           ", but that shard has no such tensor");
       reader.location_.emplace(name, it->second);
     }
     if (reader.files_.empty()) throw InvalidInput(index_path.string() + ": weight_map is empty");
@@ -170,20 +189,20 @@ CheckpointReader CheckpointReader::open(const std::filesystem::path& dir) {
   for (size_t i = 0; i < reader.files_.size(); ++i)
     for (const auto& name : reader.files_[i].names())
       if (!reader.location_.emplace(name, i).second)
-        throw InvalidInput("tensor '" + name + "' appears in both " + reader.files_[reader.location_[name]].path().string() +
+        throw InvalidInput("tensor " + quoted_text(name) + " appears in both " + reader.files_[reader.location_[name]].path().string() +
                            " and " + reader.files_[i].path().string());
   return reader;
 }
 
 HostTensorView CheckpointReader::get(const std::string& name) const {
   auto it = location_.find(name);
-  if (it == location_.end()) throw InvalidInput("checkpoint has no tensor '" + name + "'");
+  if (it == location_.end()) throw InvalidInput("checkpoint has no tensor " + quoted_text(name));
   return files_[it->second].get(name);
 }
 
 const std::filesystem::path& CheckpointReader::file_of(const std::string& name) const {
   auto it = location_.find(name);
-  if (it == location_.end()) throw InvalidInput("checkpoint has no tensor '" + name + "'");
+  if (it == location_.end()) throw InvalidInput("checkpoint has no tensor " + quoted_text(name));
   return files_[it->second].path();
 }
 

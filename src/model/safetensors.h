@@ -49,7 +49,10 @@ class SafetensorsFile {
     DType dtype;
     std::vector<int64_t> shape;
     size_t offset;  // from the start of the file
+    size_t bytes;
   };
+  // Throws InvalidInput when two tensors' data ranges overlap.
+  void check_disjoint() const;
   SafetensorsFile(std::filesystem::path path, MappedFile mapping) : path_(std::move(path)), mapping_(std::move(mapping)) {}
 
   std::filesystem::path path_;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "model/finite_check.h"
 
 namespace nanovllm {
 namespace {
@@ -36,6 +37,17 @@ void check_block(const std::string& name, const std::vector<int64_t>& shape, Ind
 std::vector<int64_t> block_shape(const std::vector<int64_t>& shape, IndexRange rows, IndexRange cols) {
   if (shape.size() <= 1) return {rows.size()};
   return {rows.size(), cols.size()};
+}
+
+// The format does not promise aligned data (an odd header length shifts every tensor), but the backends read
+// weights as arrays of their element type: a misaligned tensor is copied into memory that is aligned.
+HostTensor aligned(HostTensorView view) {
+  const size_t alignment = dtype_size(view.dtype);
+  if (reinterpret_cast<uintptr_t>(view.data) % alignment == 0) return HostTensor{std::move(view), nullptr};
+  std::shared_ptr<std::byte[]> copy = std::make_shared_for_overwrite<std::byte[]>(view.bytes());
+  std::memcpy(copy.get(), view.data, view.bytes());
+  view.data = copy.get();
+  return HostTensor{std::move(view), std::shared_ptr<void>(copy, copy.get())};
 }
 
 }  // namespace
@@ -73,8 +85,10 @@ std::unique_ptr<CheckpointWeights> CheckpointWeights::open(const std::filesystem
 
 HostTensor CheckpointWeights::get(const std::string& name, const std::vector<int64_t>& expected_shape) {
   HostTensorView view = reader_.get(name);
-  check_shape(reader_.file_of(name).string() + ": ", name, view.shape, expected_shape);
-  return HostTensor{std::move(view), nullptr};
+  const std::string where = reader_.file_of(name).string() + ": ";
+  check_shape(where, name, view.shape, expected_shape);
+  check_finite_sample(view, where, name);
+  return aligned(std::move(view));
 }
 
 DummyWeights::DummyWeights(const ModelConfig& config, uint64_t seed, DummyWeightScales scales)

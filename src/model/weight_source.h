@@ -15,8 +15,9 @@
 
 namespace nanovllm {
 
-// A parameter's host bytes. `owned` is set when the data was generated (the view points into it); for
-// mapped data it is empty and the view lives as long as the WeightSource.
+// A parameter's host bytes, aligned to the element size. `owned` is set when the data was generated or
+// copied (the view points into it); for mapped data it is empty and the view lives as long as the
+// WeightSource.
 struct HostTensor {
   HostTensorView view;
   std::shared_ptr<void> owned;
@@ -32,7 +33,8 @@ struct IndexRange {
 class WeightSource {
  public:
   virtual ~WeightSource();
-  // Throws InvalidInput when the tensor is missing or its shape differs from expected_shape. Safe to call from
+  // Throws InvalidInput when the tensor is missing, its shape differs from expected_shape or (checkpoints) a
+  // sampled element is NaN or Inf. Safe to call from
   // several threads at once (tensor-parallel ranks load concurrently).
   virtual HostTensor get(const std::string& name, const std::vector<int64_t>& expected_shape) = 0;
   virtual bool contains(const std::string& name) const = 0;

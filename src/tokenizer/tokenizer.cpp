@@ -9,7 +9,9 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "common/checked_number.h"
 #include "common/error.h"
+#include "common/json_parse.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/nfc.h"
@@ -30,11 +32,7 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 json parse_json(std::string_view text, const std::string& label) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw InvalidInput(label + ": not valid JSON: " + e.what());
-  }
+  return nanovllm::parse_json<json>(text, label + ": not valid JSON");  // depth-capped
 }
 
 // A tokenizer_config.json token field: a string, or an AddedToken object with "content".
@@ -106,7 +104,11 @@ std::vector<AddedToken> read_added_tokens(const json& root, int32_t& max_id, con
   if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
     for (const json& a : root["added_tokens"]) {
       AddedToken t;
-      t.id = a.at("id").get<int32_t>();
+      try {  // checked: 4294967301 must not wrap to 5 and replace that token
+        t.id = checked_integer<int32_t>(a.at("id"), "added_tokens[].id", 0, 1 << 24);
+      } catch (const InvalidInput& e) {
+        throw fail(e.what());
+      }
       t.content = a.at("content").get<std::string>();
       t.special = a.value("special", false);
       t.lstrip = a.value("lstrip", false);

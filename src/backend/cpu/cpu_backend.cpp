@@ -9,6 +9,7 @@
 
 #include "backend/cpu/checks.h"
 #include "common/half_float.h"
+#include "common/host_memory.h"
 
 namespace nanovllm {
 
@@ -27,6 +28,8 @@ CpuBackend::CpuBackend(int num_threads) : CpuBackend() {
 
 Buffer CpuBackend::allocate(size_t bytes) {
   if (bytes == 0) return Buffer(nullptr, 0, std::free);
+  // Linux overcommits: without this check a huge size succeeds here and the OOM killer ends the process later.
+  require_host_memory(bytes, "cpu backend: a buffer");
   // aligned_alloc wants a size that is a multiple of the alignment.
   const size_t padded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* ptr = std::aligned_alloc(kAlignment, padded);

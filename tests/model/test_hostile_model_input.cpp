@@ -1,0 +1,215 @@
+// A model folder as hostile input: config.json and safetensors headers that would overflow, wrap, recurse or
+// alias, and weights that are not finite. Each must end as one InvalidInput naming the file and the field.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "common/error.h"
+#include "common/half_float.h"
+#include "model/hf_config.h"
+#include "model/safetensors.h"
+#include "model/weight_source.h"
+#include "support/expect_invalid.h"
+#include "temp_dir.h"
+
+namespace nanovllm {
+namespace {
+
+using nlohmann::json;
+using testing::expect_invalid;
+using testing::TempDir;
+using testing::write_file;
+
+const std::string kDeep = std::string(100000, '[') + std::string(100000, ']');
+
+json tiny_config() {
+  return json{{"architectures", {"Qwen3ForCausalLM"}}, {"vocab_size", 64}, {"hidden_size", 32},
+              {"intermediate_size", 48}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+              {"num_key_value_heads", 2}, {"head_dim", 8}, {"max_position_embeddings", 1024}};
+}
+
+// The config text with `field` set to the raw JSON `value` (which may be nothing nlohmann could hold).
+std::string config_text_with(const std::string& field, const std::string& value) {
+  json j = tiny_config();
+  j[field] = "VALUE";
+  std::string text = j.dump();
+  text.replace(text.find("\"VALUE\""), 7, value);
+  return text;
+}
+
+void expect_config_file_invalid(const std::string& text, std::initializer_list<std::string> parts) {
+  TempDir dir;
+  write_file(dir / "config.json", text);
+  expect_invalid([&] { ModelConfig::from_dir(dir.path()); }, parts);
+}
+
+TEST(HostileConfig, DeepNestingIsRefusedNamingTheFile) {
+  expect_config_file_invalid(config_text_with("hidden_act", kDeep), {"config.json: JSON nested deeper than 128"});
+}
+
+TEST(HostileConfig, NumberOverflowNamesTheFile) {
+  expect_config_file_invalid(config_text_with("rope_theta", "1e999"), {"config.json: number overflow", "1e999"});
+}
+
+TEST(HostileConfig, SizesOutOfRangeSayTheRange) {
+  json j = tiny_config();
+  j["max_position_embeddings"] = int64_t{1} << 40;
+  expect_invalid([&] { ModelConfig::from_json(j, nullptr); },
+                 {"config.json: field 'max_position_embeddings' must be an integer in [1, 1073741824], got 1099511627776"});
+  j = tiny_config();
+  j["vocab_size"] = 4294967296 + 64;  // would wrap to 64
+  expect_invalid([&] { ModelConfig::from_json(j, nullptr); }, {"'vocab_size'", "got 4294967360"});
+  j = tiny_config();
+  j["num_hidden_layers"] = 1 << 30;
+  expect_invalid([&] { ModelConfig::from_json(j, nullptr); }, {"'num_hidden_layers' must be an integer in [1, 4096]"});
+}
+
+TEST(HostileConfig, ProductsThatOverflowAreRefusedBeforeAnyAllocation) {
+  json j = tiny_config();
+  j["num_attention_heads"] = 1 << 20;
+  j["num_key_value_heads"] = 1 << 20;
+  j["head_dim"] = 1 << 20;  // q_size would be 2^40 as an int
+  expect_invalid([&] { ModelConfig::from_json(j, nullptr); }, {"num_attention_heads x head_dim"});
+  j = tiny_config();
+  j["vocab_size"] = 1 << 30;
+  j["hidden_size"] = 1 << 30;
+  j["head_dim"] = 8;
+  expect_invalid([&] { ModelConfig::from_json(j, nullptr); }, {"more than 1099511627776 parameters"});
+}
+
+TEST(HostileConfig, EpsMustBeFiniteAsAFloat) {
+  json j = tiny_config();
+  j["rms_norm_eps"] = 1e300;  // a double, but inf as the float the kernels use
+  expect_invalid([&] { ModelConfig::from_json(j, nullptr); }, {"config.json: field 'rms_norm_eps' must be a finite number"});
+  j["rms_norm_eps"] = 1e-5;
+  EXPECT_FLOAT_EQ(ModelConfig::from_json(j, nullptr).rms_norm_eps, 1e-5f);
+  j["rope_theta"] = -1.0;
+  expect_invalid([&] { ModelConfig::from_json(j, nullptr); }, {"must be positive"});
+}
+
+TEST(HostileConfig, TokenIdsThatWouldWrapAreRefused) {
+  json j = tiny_config();
+  j["eos_token_id"] = {1, 4294967297};
+  expect_invalid([&] { ModelConfig::from_json(j, nullptr); }, {"config.json: field 'eos_token_id'", "got 4294967297"});
+}
+
+TEST(HostileConfig, MessagesQuoteAnExcerptWithControlCharactersEscaped) {
+  json j = tiny_config();
+  j["hidden_act"] = std::string("\x1b[2J") + std::string(20000, 'x');
+  try {
+    ModelConfig::from_json(j, nullptr);
+    FAIL();
+  } catch (const InvalidInput& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("hidden_act \"\\u001b[2Jxxx"), std::string::npos) << message;
+    EXPECT_LT(message.size(), 250u) << message;
+  }
+}
+
+// A .safetensors file: length, header (padded to 8 bytes unless `pad` is false), data.
+std::string safetensors_file(const std::string& header, const std::string& data, bool pad = true) {
+  std::string h = header;
+  if (pad) h.append((8 - h.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+  return out + h + data;
+}
+
+void expect_header_invalid(const std::string& header, const std::string& data, std::initializer_list<std::string> parts) {
+  TempDir dir;
+  write_file(dir / "w.safetensors", safetensors_file(header, data));
+  expect_invalid([&] { SafetensorsFile::open(dir / "w.safetensors"); }, parts);
+}
+
+TEST(HostileSafetensors, ShapeWhoseProductWrapsIsRefused) {
+  // 2^32 x 2^32 wraps to 0 in 64 bits, which matched data_offsets [0, 0].
+  expect_header_invalid(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", "",
+                        {"w.safetensors: tensor 'a' has shape [4294967296,4294967296] with more than 2^40 elements"});
+  expect_header_invalid(R"({"a":{"dtype":"F32","shape":[65536,65536,65536,65536,0],"data_offsets":[0,0]}})", "",
+                        {"more than 2^40 elements"});
+}
+
+TEST(HostileSafetensors, OverlappingDataAndRepeatedNamesAreRefused) {
+  expect_header_invalid(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                        std::string(12, '\0'), {"tensors 'a' and 'b' overlap in data_offsets"});
+  expect_header_invalid(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                        R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                        std::string(8, '\0'), {"w.safetensors: bad header: key 'a' appears twice"});
+  // Empty tensors take no bytes and overlap nothing; adjacent ranges are fine.
+  TempDir dir;
+  write_file(dir / "ok.safetensors",
+             safetensors_file(R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                              R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                              std::string(8, '\0')));
+  EXPECT_EQ(SafetensorsFile::open(dir / "ok.safetensors").names().size(), 3u);
+}
+
+TEST(HostileSafetensors, DeepNestingInTheHeaderIsRefused) {
+  expect_header_invalid(R"({"a":{"dtype":"F32","shape":)" + kDeep + R"(,"data_offsets":[0,4]}})", "abcd",
+                        {"w.safetensors: bad header: JSON nested deeper than 128 levels"});
+  expect_header_invalid(R"({"a":)" + kDeep + "}", "", {"nested deeper"});
+}
+
+TEST(HostileSafetensors, RawHeaderBytesAreEscapedInMessages) {
+  TempDir dir;
+  write_file(dir / "w.safetensors",
+             safetensors_file("{\"a\x1b[31m\xff\":{\"dtype\":\"X\",\"shape\":[1],\"data_offsets\":[0,4]}}", "abcd"));
+  try {
+    SafetensorsFile::open(dir / "w.safetensors");
+    FAIL();
+  } catch (const InvalidInput& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("malformed JSON"), std::string::npos) << message;
+    for (const char c : message) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << message;
+  }
+  expect_header_invalid(R"({"a\u001b[2J":{"dtype":"I8","shape":[1],"data_offsets":[0,1]}})", "a",
+                        {"tensor 'a\\x1b[2J' has dtype 'I8'"});
+}
+
+// A checkpoint folder holding "w" of shape [3] in BF16, its header length odd so the data is misaligned.
+struct LoadedTensor {
+  std::unique_ptr<CheckpointWeights> source;  // the view lives as long as its source
+  HostTensor tensor;
+};
+LoadedTensor load_odd_header_tensor(const TempDir& dir, const std::string& bf16_bytes) {
+  write_file(dir / "model.safetensors",
+             safetensors_file(R"({"w":{"dtype":"BF16","shape":[3],"data_offsets":[0,6]}})", bf16_bytes, false));
+  LoadedTensor loaded{CheckpointWeights::open(dir.path()), {}};
+  loaded.tensor = loaded.source->get("w", {3});
+  return loaded;
+}
+
+std::string bf16_bytes(std::initializer_list<float> values) {
+  std::string out;
+  for (float v : values) {
+    const uint16_t bits = float_to_bf16(v);
+    out.append(reinterpret_cast<const char*>(&bits), 2);
+  }
+  return out;
+}
+
+TEST(HostileWeights, MisalignedTensorsAreHandedOutAligned) {
+  TempDir dir;
+  const LoadedTensor loaded = load_odd_header_tensor(dir, bf16_bytes({1.0f, -2.0f, 0.5f}));
+  const HostTensor& t = loaded.tensor;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.view.data) % 2, 0u);
+  ASSERT_TRUE(t.owned);  // copied, since the header left it at an odd address
+  const auto* values = static_cast<const uint16_t*>(t.view.data);
+  EXPECT_EQ(bf16_to_float(values[1]), -2.0f);
+}
+
+TEST(HostileWeights, NonFiniteValuesAreRefusedAtLoadNamingTheTensor) {
+  TempDir dir;
+  expect_invalid([&] { load_odd_header_tensor(dir, bf16_bytes({1.0f, std::nanf(""), 0.5f})); },
+                 {"model.safetensors: tensor 'w' holds a non-finite value (NaN or Inf) at element 1"});
+  expect_invalid([&] { load_odd_header_tensor(dir, bf16_bytes({std::numeric_limits<float>::infinity(), 0, 0})); },
+                 {"tensor 'w' holds a non-finite value", "element 0"});
+}
+
+}  // namespace
+}  // namespace nanovllm
