@@ -129,7 +129,9 @@ TEST_F(RequestDeltas, AddUpToTheWholeOutput) {
       EXPECT_EQ(list[i].finished, i + 1 == list.size());
       EXPECT_EQ(list[i].prompt_token_ids.empty(), i > 0);
       EXPECT_EQ(list[i].prompt_logprobs.has_value(), i == 0 && params[id].prompt_logprobs.has_value());
-      if (i > 0) EXPECT_GE(list[i].time, list[i - 1].time);
+      if (i > 0) {
+        EXPECT_GE(list[i].time, list[i - 1].time);
+      }
     }
     // Stats for TTFT and inter-token latency.
     const RequestMetrics& m = list.back().metrics;
@@ -170,7 +172,9 @@ TEST_F(RequestDeltas, HoldBackStopStringsUntilTheyCannotMatch) {
     EXPECT_TRUE(is_complete_utf8(d.text));
     EXPECT_EQ(text.find(stop), std::string::npos);
     const size_t decoded = engine.tokenizer()->decode(tokens, true).size();
-    if (!d.finished) EXPECT_LE(text.size(), decoded > holdback ? decoded - holdback : 0);
+    if (!d.finished) {
+      EXPECT_LE(text.size(), decoded > holdback ? decoded - holdback : 0);
+    }
   }
 }
 
