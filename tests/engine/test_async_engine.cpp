@@ -107,6 +107,15 @@ TEST(AsyncEngine, ManyThreadsSubmitReadAndAbort) {
   for (int v = 0; v < kVariants; ++v) alone.push_back(engine.submit(Prompt::from_tokens(prompt(v)), params(v))->result());
 
   std::atomic<int> completed{0}, aborted{0}, failed{0};
+  std::atomic<bool> storm_over{false};
+  // A server's metrics endpoint reads the stats while the engine steps.
+  std::thread monitor([&] {
+    while (!storm_over) {
+      const EngineStats s = engine.stats();
+      if (s.num_free_kv_blocks > s.num_kv_blocks || s.num_running > 32 || !engine.healthy()) ++failed;
+      std::this_thread::yield();
+    }
+  });
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -148,6 +157,8 @@ TEST(AsyncEngine, ManyThreadsSubmitReadAndAbort) {
     });
   }
   for (std::thread& t : threads) t.join();
+  storm_over = true;
+  monitor.join();
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(completed + aborted, kThreads * kPerThread);
   EXPECT_GT(aborted.load(), 0);
