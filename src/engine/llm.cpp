@@ -28,12 +28,15 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, con
   const RunCounters before = engine_->run_counters();  // the summary covers this call
   ProgressBar bar(static_cast<int>(index_of.size()), engine_->config().show_progress);
   while (!engine_->is_finished()) {
-    std::vector<RequestOutput> done = engine_->step();
+    std::vector<RequestDelta> deltas = engine_->step_deltas();
     const StepStats& s = engine_->last_step();
-    StepProgress step{static_cast<int>(done.size()), 0, s.is_prefill, s.num_tokens, s.seconds};
-    for (RequestOutput& out : done) {
+    StepProgress step{0, 0, s.is_prefill, s.num_tokens, s.seconds};
+    for (RequestDelta& delta : deltas) {
+      RequestOutput& out = outputs[index_of.at(delta.request_id)];
+      out.append(std::move(delta));
+      if (!out.finished) continue;
+      ++step.finished_requests;
       step.finished_output_tokens += static_cast<int64_t>(out.token_ids.size());
-      outputs[index_of.at(out.request_id)] = std::move(out);
     }
     bar.update(step);
   }

@@ -1,5 +1,6 @@
 #include "engine/llm_engine.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "model/weight_source.h"
@@ -18,14 +19,31 @@ uint64_t mix_seed(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+
+// The longest stop string's length minus one: the tail of the text that a stop string could still claim.
+size_t stop_holdback(const std::vector<std::string>& stops) {
+  size_t longest = 0;
+  for (const std::string& stop : stops) longest = std::max(longest, stop.size());
+  return longest == 0 ? 0 : longest - 1;
+}
+
+bool is_utf8_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 }  // namespace
 
 struct LLMEngine::Request {
-  RequestOutput output;
+  int64_t id = 0;
   SamplingParams params;
+  std::vector<int32_t> prompt_token_ids;  // handed out with the first delta
   std::unique_ptr<StreamingDetokenizer> detokenizer;
   std::string text;       // detokenized so far (stop strings cut)
   bool stopped_by_string = false;
+  size_t stop_holdback = 0;
+  // Not yet handed out in a delta:
+  std::optional<std::vector<PositionLogprobs>> logprobs;         // of tokens since the last delta
+  std::optional<std::vector<PositionLogprobs>> prompt_logprobs;  // all of them, until handed out once
+  size_t tokens_sent = 0, text_sent = 0;
+  bool first_delta_sent = false;
+  RequestMetrics metrics;
 };
 
 LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
@@ -91,11 +109,13 @@ int64_t LLMEngine::add_request(const Prompt& prompt, SamplingParams params) {
 
   const int64_t id = next_request_id_++;
   auto req = std::make_unique<Request>();
+  req->id = id;
   req->params = params;
-  req->output.request_id = id;
-  req->output.prompt_token_ids = ids;
-  if (params.logprobs) req->output.logprobs.emplace();
-  if (params.prompt_logprobs) req->output.prompt_logprobs.emplace(ids.size());
+  req->prompt_token_ids = ids;
+  req->stop_holdback = stop_holdback(params.stop);
+  req->metrics.arrival_time = EngineClock::now();
+  if (params.logprobs) req->logprobs.emplace();
+  if (params.prompt_logprobs) req->prompt_logprobs.emplace(ids.size());
   if (tokenizer_)
     req->detokenizer = std::make_unique<StreamingDetokenizer>(*tokenizer_, ids, params.skip_special_tokens);
   scheduler_->add(std::make_unique<Sequence>(id, std::move(ids), params));  // may throw: nothing kept then
@@ -111,12 +131,25 @@ void LLMEngine::abort(int64_t request_id) {
 bool LLMEngine::is_finished() const { return scheduler_->is_finished() && !scheduler_->has_untaken_finished(); }
 
 std::vector<RequestOutput> LLMEngine::step() {
-  const auto start = std::chrono::steady_clock::now();
+  std::vector<RequestOutput> finished;
+  for (RequestDelta& delta : step_deltas()) {
+    auto it = collected_.try_emplace(delta.request_id).first;
+    it->second.append(std::move(delta));
+    if (!it->second.finished) continue;
+    finished.push_back(std::move(it->second));
+    collected_.erase(it);
+  }
+  return finished;
+}
+
+std::vector<RequestDelta> LLMEngine::step_deltas() {
+  const auto start = EngineClock::now();
   ScheduledBatch batch = scheduler_->schedule();
   auto ran = start;  // when the model's run returned
   if (!batch.empty()) {
+    note_scheduled(batch, start);
     StepOutput out = executor_->run(batch);
-    ran = std::chrono::steady_clock::now();
+    ran = EngineClock::now();
     record_logprobs(batch, out);
     scheduler_->postprocess(batch, out.sampled);
     detokenize(batch, out.sampled);
@@ -127,27 +160,97 @@ std::vector<RequestOutput> LLMEngine::step() {
   } else {
     last_step_ = StepStats{};
   }
-  std::vector<RequestOutput> finished;
+  const auto end = EngineClock::now();
+  std::vector<RequestDelta> deltas;
+  for (const ScheduledSequence& item : batch.items)  // a sequence is in a batch once
+    if (item.samples && !item.seq->is_finished())
+      deltas.push_back(take_delta(*requests_.at(item.seq->seq_id), *item.seq, false, end));
   for (Sequence* seq : scheduler_->take_finished()) {
-    finished.push_back(finish_output(*seq));
+    auto it = requests_.find(seq->seq_id);
+    deltas.push_back(take_delta(*it->second, *seq, true, end));
+    requests_.erase(it);
     scheduler_->release(seq->seq_id);
   }
-  const auto end = std::chrono::steady_clock::now();
-  last_step_.seconds = std::chrono::duration<double>(end - start).count();
-  if (!batch.empty()) last_step_.host_after_run = std::chrono::duration<double>(end - ran).count();
-  return finished;
+  last_step_.seconds = std::chrono::duration<double>(EngineClock::now() - start).count();
+  if (!batch.empty()) last_step_.host_after_run = std::chrono::duration<double>(EngineClock::now() - ran).count();
+  return deltas;
+}
+
+void LLMEngine::note_scheduled(const ScheduledBatch& batch, EngineClock::time_point when) {
+  for (const ScheduledSequence& item : batch.items) {
+    RequestMetrics& m = requests_.at(item.seq->seq_id)->metrics;
+    if (m.first_scheduled_time) continue;
+    m.first_scheduled_time = when;
+    m.num_cached_prompt_tokens = item.seq->num_cached_tokens;
+  }
+}
+
+RequestDelta LLMEngine::take_delta(Request& req, const Sequence& seq, bool finished, EngineClock::time_point when) {
+  RequestDelta d;
+  d.request_id = req.id;
+  d.time = when;
+  if (!req.first_delta_sent) d.prompt_token_ids = req.prompt_token_ids;
+  req.first_delta_sent = true;
+
+  const auto completion = seq.completion_token_ids();
+  d.token_ids.assign(completion.begin() + static_cast<std::ptrdiff_t>(req.tokens_sent), completion.end());
+  req.tokens_sent = completion.size();
+  if (!d.token_ids.empty()) {
+    if (!req.metrics.first_token_time) req.metrics.first_token_time = when;
+    req.metrics.last_token_time = when;
+  }
+  if (req.logprobs) {
+    d.logprobs = std::move(req.logprobs);
+    req.logprobs.emplace();
+  }
+  // The prompt's logprobs are all there once the first token was sampled.
+  if (req.prompt_logprobs && (finished || !completion.empty())) {
+    d.prompt_logprobs = std::move(req.prompt_logprobs);
+    req.prompt_logprobs.reset();
+  }
+
+  if (finished && req.detokenizer && !req.stopped_by_string) req.text += req.detokenizer->flush();
+  size_t stable = req.text.size();
+  if (!finished) {
+    // Hold back what a stop string could still claim, and never split a UTF-8 character doing so.
+    stable = std::max(req.text_sent, stable - std::min(stable, req.stop_holdback));
+    while (stable > req.text_sent && stable < req.text.size() && is_utf8_continuation(req.text[stable])) --stable;
+  }
+  d.text = req.text.substr(req.text_sent, stable - req.text_sent);
+  req.text_sent = stable;
+
+  if (finished) {
+    d.finished = true;
+    d.finish_reason = to_string(seq.finish_reason);
+    req.metrics.finished_time = when;
+  }
+  d.metrics = req.metrics;
+  return d;
+}
+
+EngineStats LLMEngine::stats() const {
+  const BlockManager& blocks = scheduler_->block_manager();
+  EngineStats s;
+  s.num_running = scheduler_->num_running();
+  s.num_waiting = scheduler_->num_waiting();
+  s.num_kv_blocks = blocks.num_blocks();
+  s.num_free_kv_blocks = blocks.num_free_blocks();
+  s.num_preemptions = scheduler_->num_preemptions();
+  s.prefix_cache_queried_tokens = blocks.num_prefix_queried_tokens();
+  s.prefix_cache_hit_tokens = blocks.num_prefix_hit_tokens();
+  return s;
 }
 
 void LLMEngine::record_logprobs(const ScheduledBatch& batch, const StepOutput& out) {
   for (const auto& p : out.prompt_logprobs) {
     Request& req = *requests_.at(batch.items[p.item].seq->seq_id);
-    (*req.output.prompt_logprobs)[p.position] = p.entry;
+    if (req.prompt_logprobs) (*req.prompt_logprobs)[p.position] = p.entry;
   }
   size_t r = 0;
   for (const ScheduledSequence& item : batch.items) {
     if (!item.samples) continue;
     Request& req = *requests_.at(item.seq->seq_id);
-    if (req.output.logprobs) req.output.logprobs->push_back(out.sampled_logprobs[r]);
+    if (req.logprobs) req.logprobs->push_back(out.sampled_logprobs[r]);
     ++r;
   }
 }
@@ -173,20 +276,6 @@ void LLMEngine::detokenize(const ScheduledBatch& batch, const std::vector<int32_
       scheduler_->finish(item.seq->seq_id, FinishReason::Stop);
     }
   }
-}
-
-RequestOutput LLMEngine::finish_output(Sequence& seq) {
-  auto it = requests_.find(seq.seq_id);
-  Request& req = *it->second;
-  RequestOutput out = std::move(req.output);
-  auto completion = seq.completion_token_ids();
-  out.token_ids.assign(completion.begin(), completion.end());
-  out.finished = true;
-  out.finish_reason = to_string(seq.finish_reason);
-  if (req.detokenizer && !req.stopped_by_string) req.text += req.detokenizer->flush();
-  out.text = std::move(req.text);
-  requests_.erase(it);
-  return out;
 }
 
 std::string LLMEngine::apply_chat_template(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,

@@ -1,6 +1,7 @@
 #pragma once
 // The request-level engine: tokenizes, owns the request table, runs scheduler steps on the model runner,
 // detokenizes and applies stop strings. A server drives add_request / step / abort; LLM::generate loops it.
+// Not thread-safe: one thread drives it (AsyncEngine's loop thread, or LLM::generate's caller).
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "engine/scheduler.h"
 #include "model/hf_config.h"
 #include "nanovllm/config.h"
+#include "nanovllm/engine_stats.h"
 #include "nanovllm/outputs.h"
 
 namespace nanovllm {
@@ -36,11 +38,16 @@ struct StepStats {
 class LLMEngine {
  public:
   explicit LLMEngine(EngineConfig config);
-  ~LLMEngine();
+  virtual ~LLMEngine();
 
   // Validates and queues a request; throws InvalidInput naming what is wrong with it.
   int64_t add_request(const Prompt& prompt, SamplingParams params);
-  // Runs one scheduler step; returns the requests that finished in it.
+  // Runs one scheduler step; returns what it added to each request that advanced (a new token, text, or its
+  // end). Every request ends with exactly one finished delta. Virtual so that a wrapper or a test can stand
+  // in for a step.
+  virtual std::vector<RequestDelta> step_deltas();
+  // The same step for callers that want whole outputs: the requests that finished in it, their deltas summed.
+  // Drive an engine with one of the two, not both.
   std::vector<RequestOutput> step();
   // Finishes a request wherever it is (finish_reason "abort"); its output comes from the next step(), and
   // is_finished() stays false until then.
@@ -64,6 +71,8 @@ class LLMEngine {
   size_t weight_bytes() const { return executor_->weight_bytes(); }      // all ranks
   double startup_seconds() const { return startup_seconds_; }
   int64_t num_preemptions() const { return scheduler_->num_preemptions(); }
+  // Load, KV-cache use and the counters below; cheap (a few reads).
+  EngineStats stats() const;
   // Prefix-cache and preemption counts since the engine started.
   RunCounters run_counters() const {
     const BlockManager& blocks = scheduler_->block_manager();
@@ -77,7 +86,10 @@ class LLMEngine {
   // The sampled tokens' text, for every sequence that got one (finished or not); a completed stop string cuts
   // the text and finishes the request.
   void detokenize(const ScheduledBatch& batch, const std::vector<int32_t>& sampled);
-  RequestOutput finish_output(Sequence& seq);
+  // Records the first scheduling of each request in the batch (queue time, prefix-cache hits).
+  void note_scheduled(const ScheduledBatch& batch, EngineClock::time_point when);
+  // What the request gained since its last delta; `finished` flushes the held-back text.
+  RequestDelta take_delta(Request& req, const Sequence& seq, bool finished, EngineClock::time_point when);
 
   EngineConfig config_;
   ModelConfig model_config_;
@@ -85,6 +97,7 @@ class LLMEngine {
   std::unique_ptr<ModelExecutor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
+  std::unordered_map<int64_t, RequestOutput> collected_;  // step()'s outputs of unfinished requests
   int64_t next_request_id_ = 0;
   StepStats last_step_;
   double startup_seconds_ = 0.0;

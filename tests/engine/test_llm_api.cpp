@@ -1,35 +1,19 @@
 // The public LLM API beyond generate(): what the engine set up, and chat templates (a model without one).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <string>
-
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "nanovllm/llm.h"
 #include "support/expect_invalid.h"
+#include "tiny_model.h"
 
 namespace nanovllm {
 namespace {
 
-// The tiny golden checkpoint's config with random weights: a model without tokenizer files.
-EngineConfig tiny_config(int tensor_parallel_size) {
-  EngineConfig c;
-  c.model = NANOVLLM_CONFIGS_DIR "/golden_tied_gqa2.json";
-  c.load_dummy_weights = true;
-  c.device = "cpu";
-  c.max_model_len = 256;
-  c.max_num_seqs = 4;
-  c.max_num_batched_tokens = 256;
-  c.kvcache_block_size = 16;
-  c.num_kvcache_blocks = 40;
-  c.tensor_parallel_size = tensor_parallel_size;
-  c.show_progress = false;
-  return c;
-}
+using test::tiny_config;
 
 // 3 layers x (K and V) x 16 tokens x 1 KV head x 64 dims x 4 bytes (fp32 on the CPU).
 constexpr size_t kBlockBytes = 3 * 2 * 16 * 1 * 64 * 4;
@@ -54,23 +38,8 @@ TEST(LlmApi, SummaryCountsEveryRank) {
   EXPECT_GT(two.weight_bytes, one.weight_bytes);
 }
 
-// The tiny model with the Qwen3 tokenizer files beside it (NANOVLLM_QWEN3_TOKENIZER_DIR or
-// third_party_data/qwen3-tokenizer); an empty path when they are not there.
-std::filesystem::path tiny_model_with_tokenizer() {
-  namespace fs = std::filesystem;
-  const char* env = std::getenv("NANOVLLM_QWEN3_TOKENIZER_DIR");
-  const fs::path tokenizer = env ? fs::path(env) : fs::path(NANOVLLM_SOURCE_DIR) / "third_party_data" / "qwen3-tokenizer";
-  if (!fs::exists(tokenizer / "tokenizer_config.json")) return {};
-  const fs::path dir = fs::temp_directory_path() / ("nanovllm_llm_api_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  fs::copy_file(NANOVLLM_CONFIGS_DIR "/golden_tied_gqa2.json", dir / "config.json", fs::copy_options::overwrite_existing);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
-    fs::copy_file(tokenizer / name, dir / name, fs::copy_options::overwrite_existing);
-  return dir;
-}
-
 TEST(LlmApi, ChatMessagesRenderThroughTheModelsTemplate) {
-  const std::filesystem::path dir = tiny_model_with_tokenizer();
+  const std::filesystem::path dir = test::tiny_model_with_tokenizer("nanovllm_llm_api");
   if (dir.empty()) GTEST_SKIP() << "no Qwen3 tokenizer files (scripts/fetch_tokenizer.sh)";
   EngineConfig config = tiny_config(1);
   config.model = dir.string();
