@@ -9,6 +9,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${NANOVLLM_FUZZ_BUILD_DIR:-${repo_root}/build-fuzz}"
 seconds="${FUZZ_SECONDS:-60}"
 launcher=()
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-${repo_root}}"  # objects shared between clones
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S "${repo_root}/fuzz" -B "${build}" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   "${launcher[@]}" >/dev/null

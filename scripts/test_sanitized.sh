@@ -6,6 +6,7 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${NANOVLLM_ASAN_BUILD_DIR:-${repo_root}/build-asan}"
 launcher=()
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-${repo_root}}"  # objects shared between clones
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S "${repo_root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNANOVLLM_CUDA=OFF \
   -DNANOVLLM_SANITIZE=ON "${launcher[@]}" >/dev/null

@@ -5,6 +5,7 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${NANOVLLM_TSAN_BUILD_DIR:-${repo_root}/build-tsan}"
 launcher=()
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-${repo_root}}"  # objects shared between clones
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "${repo_root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNANOVLLM_CUDA=OFF \
   -DNANOVLLM_TSAN=ON "${launcher[@]}" "$@" >/dev/null
