@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     {"role": "user", "content": "hi <think>x</think> there"},
     {"role": "assistant", "content": "<think>\nr\n</think>\n\nok", "tool_calls": [{"function": {"name": "f", "arguments": {"a": [1, 2.5, null]}}}]},
     {"role": "tool", "content": "42"}])");
-  static const ordered_json tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])");
+  static const ordered_json tools =
+      ordered_json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])");
   static const ordered_json extra = ordered_json::parse(R"({"enable_thinking": false, "eos_token": "<|im_end|>"})");
   try {
     const nanovllm::ChatTemplate chat(std::string(reinterpret_cast<const char*>(data), size));

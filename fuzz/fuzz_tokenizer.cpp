@@ -20,7 +20,8 @@ const nanovllm::Tokenizer& tokenizer() {
   static const nanovllm::Tokenizer t = [] {
     const char* env = std::getenv("NANOVLLM_QWEN3_TOKENIZER_DIR");
     return nanovllm::Tokenizer::from_model_dir(env ? std::filesystem::path(env)
-                                                   : std::filesystem::path(NANOVLLM_SOURCE_DIR) / "third_party_data" / "qwen3-tokenizer");
+                                                   : std::filesystem::path(NANOVLLM_SOURCE_DIR) / "third_party_data" /
+                                                         "qwen3-tokenizer");
   }();
   return t;
 }

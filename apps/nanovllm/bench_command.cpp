@@ -133,21 +133,22 @@ int run_bench(const BenchArgs& a) {
   const long long total_tokens = w.total_output_tokens();
   const RunTimes t = run_all(engine, w.prompts, params);
   const double total = t.total;
-  std::printf("workload: %zu prompts, %lld output tokens in %.2f s: %.0f tok/s (preemptions: %lld)\n",
-              w.prompts.size(), total_tokens, total, total_tokens / total,
-              static_cast<long long>(engine.num_preemptions()));
-  std::printf("  prefill: %d steps, %lld tokens, %.2f s (%.0f tok/s); decode: %d steps, %lld tokens, %.2f s "
-              "(%.2f ms/step, %.3f ms of it host work before launch and after the run); other %.2f s\n",
-              t.prefill_steps, t.prefill_tokens, t.prefill_s, t.prefill_tokens / std::max(t.prefill_s, 1e-9),
-              t.decode_steps, t.decode_tokens, t.decode_s, 1e3 * t.decode_s / std::max(t.decode_steps, 1),
-              1e3 * t.decode_host_s / std::max(t.decode_steps, 1), total - t.prefill_s - t.decode_s);
+  std::printf("workload: %zu prompts, %lld output tokens in %.2f s: %.0f tok/s (preemptions: %lld)\n", w.prompts.size(),
+              total_tokens, total, total_tokens / total, static_cast<long long>(engine.num_preemptions()));
+  std::printf(
+      "  prefill: %d steps, %lld tokens, %.2f s (%.0f tok/s); decode: %d steps, %lld tokens, %.2f s "
+      "(%.2f ms/step, %.3f ms of it host work before launch and after the run); other %.2f s\n",
+      t.prefill_steps, t.prefill_tokens, t.prefill_s, t.prefill_tokens / std::max(t.prefill_s, 1e-9), t.decode_steps,
+      t.decode_tokens, t.decode_s, 1e3 * t.decode_s / std::max(t.decode_steps, 1),
+      1e3 * t.decode_host_s / std::max(t.decode_steps, 1), total - t.prefill_s - t.decode_s);
   if (auto gbs = measure_read_bandwidth_gbs(engine.runner_backend())) {
     // Tensor-parallel ranks read their shards at once: the floor divides by the number of GPUs.
     const int gpus = config.tensor_parallel_size;
     const double floor_bytes = workload_floor_bytes(w, engine);
     const double floor_s = floor_bytes / (*gbs * 1e9 * gpus);
-    std::printf("memory floor: %.2f TB at %.0f GB/s measured x %d GPU(s) = %.2f s; this run: %.1f%% of the floor's speed\n",
-                floor_bytes / 1e12, *gbs, gpus, floor_s, 100.0 * floor_s / total);
+    std::printf(
+        "memory floor: %.2f TB at %.0f GB/s measured x %d GPU(s) = %.2f s; this run: %.1f%% of the floor's speed\n",
+        floor_bytes / 1e12, *gbs, gpus, floor_s, 100.0 * floor_s / total);
   }
   return 0;
 }

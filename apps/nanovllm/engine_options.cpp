@@ -26,13 +26,11 @@ void EngineOptions::add_to(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_flag("!--no-prefix-caching", config.enable_prefix_caching, "disable prefix caching");
   cmd.add_option_function<std::string>(
-         "--step-policy",
-         [this](const std::string& name) { config.step_policy = parse_step_policy(name); },
+         "--step-policy", [this](const std::string& name) { config.step_policy = parse_step_policy(name); },
          "decode-first (vLLM V1: steps mix decode and prefill rows) | prefill-first (nano-vLLM)")
       ->check(CLI::IsMember({"decode-first", "prefill-first"}))
       ->default_str("decode-first");
-  cmd.add_option("--load-format", load_format, "auto | dummy (random weights from config.json)")
-      ->capture_default_str();
+  cmd.add_option("--load-format", load_format, "auto | dummy (random weights from config.json)")->capture_default_str();
   cmd.add_option("--seed", config.seed, "seed of dummy weights and of requests without one")->capture_default_str();
   cmd.add_flag("!--no-progress", config.show_progress, "no progress bar");
 }

@@ -92,8 +92,8 @@ int run_generate(const GenerateArgs& a) {
     }
     try {
       if (req->messages)
-        req->prompt.text = engine.apply_chat_template(*req->messages, req->tools, req->add_generation_prompt,
-                                                      req->template_kwargs);
+        req->prompt.text =
+            engine.apply_chat_template(*req->messages, req->tools, req->add_generation_prompt, req->template_kwargs);
       line_of[engine.add_request(req->prompt, req->params)] = i;
     } catch (const InvalidInput& e) {  // one bad request never takes down the others
       RequestOutput o;
@@ -118,7 +118,8 @@ int run_generate(const GenerateArgs& a) {
     return 0;
   }
   for (size_t i = 0; i < requests.size(); ++i)
-    if (!writer.has(i)) write_error(i, "interrupted by signal " + std::to_string(interrupt.signal()) + " before it finished");
+    if (!writer.has(i))
+      write_error(i, "interrupted by signal " + std::to_string(interrupt.signal()) + " before it finished");
   std::cerr << "nanovllm: interrupted; " << line_of.size() << " requests ran, unfinished ones are marked\n";
   return interrupt.exit_code();
 }

@@ -20,7 +20,7 @@ extern "C" void record_signal(int sig) {
 
 InterruptWatch::InterruptWatch() {
   g_signal = 0;
-  struct sigaction action{};
+  struct sigaction action {};
   action.sa_handler = record_signal;
   sigemptyset(&action.sa_mask);
   if (sigaction(SIGINT, &action, &previous_int_) != 0 || sigaction(SIGTERM, &action, &previous_term_) != 0)

@@ -19,7 +19,8 @@ class InterruptWatch {
   int exit_code() const { return 128 + signal(); }
 
  private:
-  struct sigaction previous_int_{}, previous_term_{};
+  struct sigaction previous_int_ {
+  }, previous_term_{};
 };
 
 }  // namespace nanovllm::cli

@@ -40,10 +40,26 @@ std::vector<int32_t> token_ids(const RequestJson& j, const char* name) {
 
 ParsedRequest parse_request(const RequestJson& line, const SamplingParams& defaults) {
   if (!line.is_object()) throw InvalidInput("request must be a JSON object");
-  static const std::set<std::string> known = {
-      "prompt", "prompt_token_ids", "messages", "tools", "add_generation_prompt", "chat_template_kwargs",
-      "enable_thinking", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "min_tokens",
-      "ignore_eos", "stop_token_ids", "stop", "logprobs", "prompt_logprobs", "skip_special_tokens"};
+  static const std::set<std::string> known = {"prompt",
+                                              "prompt_token_ids",
+                                              "messages",
+                                              "tools",
+                                              "add_generation_prompt",
+                                              "chat_template_kwargs",
+                                              "enable_thinking",
+                                              "temperature",
+                                              "top_k",
+                                              "top_p",
+                                              "min_p",
+                                              "seed",
+                                              "max_tokens",
+                                              "min_tokens",
+                                              "ignore_eos",
+                                              "stop_token_ids",
+                                              "stop",
+                                              "logprobs",
+                                              "prompt_logprobs",
+                                              "skip_special_tokens"};
   for (const auto& [key, value] : line.items())
     if (!known.count(key)) throw InvalidInput("unknown field " + quoted_text(key));
 
@@ -80,7 +96,8 @@ ParsedRequest parse_request(const RequestJson& line, const SamplingParams& defau
   if (auto v = optional_int(line, "min_tokens")) p.min_tokens = *v;
   if (line.contains("seed") && !line["seed"].is_null()) {  // any 64-bit pattern; negative ones wrap, as in vLLM
     const RequestJson& seed = line["seed"];
-    p.seed = seed.is_number_unsigned() ? seed.get<uint64_t>() : static_cast<uint64_t>(checked_integer<int64_t>(seed, "seed"));
+    p.seed = seed.is_number_unsigned() ? seed.get<uint64_t>()
+                                       : static_cast<uint64_t>(checked_integer<int64_t>(seed, "seed"));
   }
   if (line.contains("ignore_eos")) p.ignore_eos = field<bool>(line, "ignore_eos");
   if (line.contains("skip_special_tokens")) p.skip_special_tokens = field<bool>(line, "skip_special_tokens");

@@ -15,7 +15,7 @@ struct ParsedRequest {
   SamplingParams params;
   // Chat fields keep their key order (ordered_json): templates render tool definitions in the order given.
   std::optional<nlohmann::ordered_json> messages;
-  nlohmann::ordered_json tools;                    // null or array
+  nlohmann::ordered_json tools;  // null or array
   bool add_generation_prompt = true;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // e.g. {"enable_thinking": false}
 };

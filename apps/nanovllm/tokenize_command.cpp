@@ -32,7 +32,8 @@ nlohmann::ordered_json read_stdin_json() {
 
 std::string render_chat(const Tokenizer& tokenizer, const nlohmann::ordered_json& request) {
   if (!tokenizer.chat_template()) throw InvalidInput("the model's tokenizer_config.json has no chat_template");
-  if (!request.is_object() || !request.contains("messages")) throw InvalidInput("--chat expects an object with \"messages\"");
+  if (!request.is_object() || !request.contains("messages"))
+    throw InvalidInput("--chat expects an object with \"messages\"");
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   // As transformers: the special tokens are template variables, and any other request field is too.
   if (auto t = tokenizer.bos_token()) extra["bos_token"] = *t;
@@ -88,11 +89,15 @@ int run(const TokenizeOptions& options) {
 
 void add_tokenize_command(CLI::App& app) {
   auto options = std::make_shared<TokenizeOptions>();
-  CLI::App* cmd = app.add_subcommand("tokenize", "Encode, decode or render a chat with the model's tokenizer (JSON on stdin)");
-  cmd->add_option("--model", options->model_dir, "Model folder with tokenizer.json and tokenizer_config.json")->required();
+  CLI::App* cmd =
+      app.add_subcommand("tokenize", "Encode, decode or render a chat with the model's tokenizer (JSON on stdin)");
+  cmd->add_option("--model", options->model_dir, "Model folder with tokenizer.json and tokenizer_config.json")
+      ->required();
   cmd->add_flag("--decode", options->decode, "Read arrays of token ids, print texts");
-  cmd->add_flag("--chat", options->chat, "Read {\"messages\", \"tools\", \"add_generation_prompt\", ...}, print the rendered template");
-  cmd->add_flag("--keep-special-tokens", options->keep_special_tokens, "With --decode: keep special tokens in the text");
+  cmd->add_flag("--chat", options->chat,
+                "Read {\"messages\", \"tools\", \"add_generation_prompt\", ...}, print the rendered template");
+  cmd->add_flag("--keep-special-tokens", options->keep_special_tokens,
+                "With --decode: keep special tokens in the text");
   cmd->callback([options]() {
     const int rc = run(*options);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -116,9 +116,9 @@ class AsyncEngine {
   EngineStats stats_;
   int64_t next_id_ = 0;
   // The engine thread's own:
-  std::unordered_map<int64_t, Live> live_;                // by the engine's request id
-  std::unordered_map<int64_t, int64_t> engine_id_of_;     // this class's id -> the engine's
-  std::thread thread_;  // last: starts after everything it uses
+  std::unordered_map<int64_t, Live> live_;             // by the engine's request id
+  std::unordered_map<int64_t, int64_t> engine_id_of_;  // this class's id -> the engine's
+  std::thread thread_;                                 // last: starts after everything it uses
 };
 
 }  // namespace nanovllm

@@ -32,9 +32,9 @@ struct EngineConfig {
   double cpu_kvcache_space_gib = 4.0;  // CPU backend: KV cache budget (vLLM's VLLM_CPU_KVCACHE_SPACE)
   bool enable_prefix_caching = true;
   StepPolicy step_policy = StepPolicy::DecodeFirst;
-  bool load_dummy_weights = false;     // random weights from config.json alone (vLLM's load_format=dummy)
-  uint64_t seed = 0;                   // dummy weights and requests without a seed of their own
-  bool show_progress = true;           // progress bar of LLM::generate on stderr
+  bool load_dummy_weights = false;  // random weights from config.json alone (vLLM's load_format=dummy)
+  uint64_t seed = 0;                // dummy weights and requests without a seed of their own
+  bool show_progress = true;        // progress bar of LLM::generate on stderr
 
   // Throws InvalidInput naming the first bad setting.
   void validate() const;

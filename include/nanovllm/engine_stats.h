@@ -9,8 +9,8 @@ struct EngineStats {
   int num_waiting = 0;  // sequences queued for their (re)prefill
   int num_kv_blocks = 0;
   int num_free_kv_blocks = 0;
-  int64_t num_preemptions = 0;               // since the engine started
-  int64_t prefix_cache_queried_tokens = 0;   // since the engine started
+  int64_t num_preemptions = 0;              // since the engine started
+  int64_t prefix_cache_queried_tokens = 0;  // since the engine started
   int64_t prefix_cache_hit_tokens = 0;
 
   // Share of KV blocks held by sequences (free blocks that still cache a prefix count as free).

@@ -17,11 +17,11 @@ class LLMEngine;
 
 // What the engine set up when it was made.
 struct EngineSummary {
-  std::string backend;          // "cpu", "cuda:<GPU>", with " x<N> (tensor parallel over ...)" for N ranks
-  int num_kvcache_blocks = 0;   // of kvcache_block_size tokens each
-  size_t kv_cache_bytes = 0;    // over all ranks
-  size_t weight_bytes = 0;      // over all ranks
-  double startup_seconds = 0.0; // loading the model, sizing the KV cache, capturing graphs
+  std::string backend;           // "cpu", "cuda:<GPU>", with " x<N> (tensor parallel over ...)" for N ranks
+  int num_kvcache_blocks = 0;    // of kvcache_block_size tokens each
+  size_t kv_cache_bytes = 0;     // over all ranks
+  size_t weight_bytes = 0;       // over all ranks
+  double startup_seconds = 0.0;  // loading the model, sizing the KV cache, capturing graphs
 };
 
 class LLM {

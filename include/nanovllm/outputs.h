@@ -26,7 +26,7 @@ using EngineClock = std::chrono::steady_clock;
 // When a request went through the engine's stages; what a server needs for TTFT, inter-token latency and queue
 // time. Unset points have not happened yet.
 struct RequestMetrics {
-  EngineClock::time_point arrival_time;                      // add_request
+  EngineClock::time_point arrival_time;                         // add_request
   std::optional<EngineClock::time_point> first_scheduled_time;  // its first prompt chunk ran
   std::optional<EngineClock::time_point> first_token_time;
   std::optional<EngineClock::time_point> last_token_time;
@@ -48,15 +48,15 @@ struct RequestMetrics {
 // could still turn into the stop (the last longest-stop-minus-one bytes) is held back until it can no longer.
 struct RequestDelta {
   int64_t request_id = -1;
-  std::vector<int32_t> prompt_token_ids;  // in the request's first delta only
-  std::vector<int32_t> token_ids;  // new tokens (all tokens of one step arrive at `time`)
-  std::string text;                // new stable text
+  std::vector<int32_t> prompt_token_ids;                  // in the request's first delta only
+  std::vector<int32_t> token_ids;                         // new tokens (all tokens of one step arrive at `time`)
+  std::string text;                                       // new stable text
   std::optional<std::vector<PositionLogprobs>> logprobs;  // of the new tokens, when the request asked for them
   // Once, in the delta that completes the prompt (or the last one when the request ends before that).
   std::optional<std::vector<PositionLogprobs>> prompt_logprobs;
   bool finished = false;
-  std::string finish_reason;  // "stop" | "length" | "abort" in the finished delta
-  std::string error;          // the request was rejected or the engine failed; the delta is then the last one
+  std::string finish_reason;     // "stop" | "length" | "abort" in the finished delta
+  std::string error;             // the request was rejected or the engine failed; the delta is then the last one
   EngineClock::time_point time;  // when the step that made it ended
   RequestMetrics metrics;        // as of this step
 };
@@ -64,14 +64,14 @@ struct RequestDelta {
 struct RequestOutput {
   int64_t request_id = -1;
   std::vector<int32_t> prompt_token_ids;
-  std::vector<int32_t> token_ids;     // generated tokens
-  std::string text;                   // detokenized output (empty without a tokenizer)
-  std::string finish_reason;          // "stop" | "length" | "abort"; empty while running
+  std::vector<int32_t> token_ids;  // generated tokens
+  std::string text;                // detokenized output (empty without a tokenizer)
+  std::string finish_reason;       // "stop" | "length" | "abort"; empty while running
   bool finished = false;
   std::optional<std::vector<PositionLogprobs>> logprobs;
   // First entry is empty: the first prompt token has no logprob (JSON null).
   std::optional<std::vector<PositionLogprobs>> prompt_logprobs;
-  std::string error;                  // set when the request was rejected; nothing else is then
+  std::string error;  // set when the request was rejected; nothing else is then
   RequestMetrics metrics;
 
   // Adds a step's delta of this request.

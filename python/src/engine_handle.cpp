@@ -23,7 +23,7 @@ class RequestsInFlight {
     try {
       for (int64_t id : ids_) engine_.abort(id);
       while (!engine_.is_finished()) engine_.step();  // nothing runs: the aborted requests only report back
-    } catch (...) {  // the original error is the one to report
+    } catch (...) {                                   // the original error is the one to report
     }
   }
   RequestsInFlight(const RequestsInFlight&) = delete;
@@ -53,11 +53,11 @@ std::unique_lock<std::mutex> EngineHandle::lock_engine() {
 }
 
 std::vector<RequestOutput> EngineHandle::generate(const std::vector<Prompt>& prompts,
-                                                  const std::vector<SamplingParams>& params,
-                                                  const py::object& on_step, bool native_progress) {
+                                                  const std::vector<SamplingParams>& params, const py::object& on_step,
+                                                  bool native_progress) {
   if (params.size() != prompts.size())
-    throw InvalidInput("generate: " + std::to_string(prompts.size()) + " prompts but " +
-                       std::to_string(params.size()) + " sampling params");
+    throw InvalidInput("generate: " + std::to_string(prompts.size()) + " prompts but " + std::to_string(params.size()) +
+                       " sampling params");
   const auto lock = lock_engine();
   LLMEngine& engine = *engine_;
   RequestsInFlight in_flight(engine);

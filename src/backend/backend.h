@@ -53,11 +53,11 @@ struct SamplerInputs {
 // The largest step the runner will ever ask for; backends size their workspaces from it once, up front
 // (no allocation may happen later: CUDA graphs replay fixed addresses).
 struct BackendLimits {
-  int max_num_tokens = 0;     // tokens of one step (max_num_batched_tokens)
-  int max_num_seqs = 0;       // sequences of one step
-  int max_model_len = 0;      // keys of one sequence
-  int max_logits_rows = 0;    // rows reaching the lm_head in one step
-  int num_heads = 0;          // query heads (of this rank)
+  int max_num_tokens = 0;   // tokens of one step (max_num_batched_tokens)
+  int max_num_seqs = 0;     // sequences of one step
+  int max_model_len = 0;    // keys of one sequence
+  int max_logits_rows = 0;  // rows reaching the lm_head in one step
+  int num_heads = 0;        // query heads (of this rank)
   int num_kv_heads = 0;
   int head_dim = 0;
   int vocab_size = 0;
@@ -78,9 +78,9 @@ class Backend {
   // Called once before the first op; the CPU backend may ignore it.
   virtual void reserve(const BackendLimits& limits) { (void)limits; }
 
-  virtual std::string name() const = 0;            // "cpu" or "cuda:<device name>"
-  virtual DType compute_dtype() const = 0;         // F32 on cpu, BF16 on cuda
-  virtual Buffer allocate(size_t bytes) = 0;       // uninitialised memory of this backend
+  virtual std::string name() const = 0;       // "cpu" or "cuda:<device name>"
+  virtual DType compute_dtype() const = 0;    // F32 on cpu, BF16 on cuda
+  virtual Buffer allocate(size_t bytes) = 0;  // uninitialised memory of this backend
   virtual void upload(const void* host, void* dst, size_t bytes) = 0;
   // Host memory that upload_async() copies from without staging (page-locked on CUDA).
   virtual Buffer allocate_host(size_t bytes) = 0;
@@ -139,8 +139,8 @@ class Backend {
                                   Tensor& q_out) = 0;
   // Causal attention of q [T, nh d] over the paged cache; out [T, nh d]. GQA: query head h reads KV head
   // h / (nh / nkv).
-  virtual void paged_attention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                               int num_heads, int num_kv_heads, int head_dim, float scale, Tensor& out) = 0;
+  virtual void paged_attention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch, int num_heads,
+                               int num_kv_heads, int head_dim, float scale, Tensor& out) = 0;
   // out [T, I] = silu(gate_up[:, :I]) * gate_up[:, I:].
   virtual void silu_and_mul(const Tensor& gate_up, Tensor& out) = 0;
   // out [R, H] = x[rows[r]].
@@ -190,8 +190,8 @@ class Backend {
   // Log-softmax of the raw logits F32 [R, V]: target_logprob F32 [R] = logprob of targets[r] (NaN for a
   // target outside [0, V)); when k > 0,
   // top_ids I32 [R, k] and top_logprobs F32 [R, k] hold the k largest, descending (lowest id first on ties).
-  virtual void logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob,
-                        Tensor& top_ids, Tensor& top_logprobs) = 0;
+  virtual void logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob, Tensor& top_ids,
+                        Tensor& top_logprobs) = 0;
 };
 
 }  // namespace nanovllm

@@ -37,7 +37,9 @@ struct Tensor {
   bool empty() const { return data == nullptr; }
 
   template <class T>
-  T* as() const { return static_cast<T*>(data); }
+  T* as() const {
+    return static_cast<T*>(data);
+  }
 
   // Elements per index of dimension 0.
   int64_t row_elems() const { return ndim == 0 ? 1 : numel() / shape[0]; }

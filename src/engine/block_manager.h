@@ -56,8 +56,8 @@ class BlockManager {
  private:
   struct Block {
     int ref_count = 0;
-    std::optional<uint64_t> hash;   // set once the block is full, computed and registered
-    std::vector<int32_t> token_ids;  // the registered tokens, to confirm hits
+    std::optional<uint64_t> hash;            // set once the block is full, computed and registered
+    std::vector<int32_t> token_ids;          // the registered tokens, to confirm hits
     std::list<int>::iterator free_position;  // valid while ref_count == 0
   };
 
@@ -66,7 +66,7 @@ class BlockManager {
   std::vector<int> find_cached_prefix(const Sequence& seq) const;
   // Free blocks that allocating with these hits consumes: fresh ones plus hits revived from the free list.
   int num_blocks_to_take(const Sequence& seq, std::vector<int> hits) const;
-  int take_free_block();            // front of the free list, old hash mapping dropped
+  int take_free_block();                  // front of the free list, old hash mapping dropped
   void reuse_cached_block(int block_id);  // ref++ (revived from the free list when it was 0)
   void release_block(int block_id);       // ref--, back of the free list at 0
 

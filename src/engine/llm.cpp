@@ -11,10 +11,11 @@ namespace nanovllm {
 LLM::LLM(EngineConfig config) : engine_(std::make_unique<LLMEngine>(std::move(config))) {}
 LLM::~LLM() = default;
 
-std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params) {
+std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
+                                         const std::vector<SamplingParams>& params) {
   if (params.size() != prompts.size())
-    throw InvalidInput("generate: " + std::to_string(prompts.size()) + " prompts but " +
-                       std::to_string(params.size()) + " sampling params");
+    throw InvalidInput("generate: " + std::to_string(prompts.size()) + " prompts but " + std::to_string(params.size()) +
+                       " sampling params");
   std::vector<RequestOutput> outputs(prompts.size());
   std::map<int64_t, size_t> index_of;
   for (size_t i = 0; i < prompts.size(); ++i) {

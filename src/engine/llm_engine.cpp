@@ -5,8 +5,8 @@
 
 #include "model/weight_source.h"
 #include "tokenizer/chat_template.h"
-#include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/stop_strings.h"
+#include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanovllm {
@@ -35,7 +35,7 @@ struct LLMEngine::Request {
   SamplingParams params;
   std::vector<int32_t> prompt_token_ids;  // handed out with the first delta
   std::unique_ptr<StreamingDetokenizer> detokenizer;
-  std::string text;       // detokenized so far (stop strings cut)
+  std::string text;  // detokenized so far (stop strings cut)
   bool stopped_by_string = false;
   size_t stop_holdback = 0;
   // Not yet handed out in a delta:
@@ -67,7 +67,8 @@ LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
   if (std::filesystem::is_directory(dir) && std::filesystem::exists(dir / "tokenizer.json"))
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_model_dir(dir));
 
-  const std::unique_ptr<WeightSource> weights = open_weights(dir, model_config_, config_.load_dummy_weights, config_.seed);
+  const std::unique_ptr<WeightSource> weights =
+      open_weights(dir, model_config_, config_.load_dummy_weights, config_.seed);
   executor_ = std::make_unique<ModelExecutor>(config_, model_config_, *weights);
   scheduler_ = std::make_unique<Scheduler>(config_, executor_->num_kvcache_blocks(), model_config_.eos_token_ids);
   startup_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -78,7 +79,8 @@ LLMEngine::~LLMEngine() = default;
 std::string LLMEngine::backend_name() const {
   const std::string name = executor_->backend().name();
   const int tp = executor_->tensor_parallel_size();
-  return tp == 1 ? name : name + " x" + std::to_string(tp) + " (tensor parallel over " + executor_->communicator() + ")";
+  return tp == 1 ? name
+                 : name + " x" + std::to_string(tp) + " (tensor parallel over " + executor_->communicator() + ")";
 }
 
 int64_t LLMEngine::add_request(const Prompt& prompt, SamplingParams params) {
@@ -87,8 +89,9 @@ int64_t LLMEngine::add_request(const Prompt& prompt, SamplingParams params) {
   if (ids.empty()) {
     if (prompt.text.empty()) throw InvalidInput("prompt is empty");
     if (!tokenizer_)
-      throw InvalidInput("text prompt needs a tokenizer, but the model folder has no tokenizer.json; "
-                         "pass prompt_token_ids instead");
+      throw InvalidInput(
+          "text prompt needs a tokenizer, but the model folder has no tokenizer.json; "
+          "pass prompt_token_ids instead");
     ids = tokenizer_->encode(prompt.text);
     if (ids.empty()) throw InvalidInput("prompt is empty after tokenization");
   }
@@ -283,8 +286,9 @@ std::string LLMEngine::apply_chat_template(const nlohmann::ordered_json& message
   if (!tokenizer_ || !tokenizer_->chat_template())
     throw InvalidInput("\"messages\" need a chat template, but the model folder's tokenizer_config.json has none");
   nlohmann::ordered_json vars = extra.is_object() ? extra : nlohmann::ordered_json::object();
-  for (auto [name, token] : {std::pair{"bos_token", tokenizer_->bos_token()}, std::pair{"eos_token", tokenizer_->eos_token()},
-                             std::pair{"pad_token", tokenizer_->pad_token()}})
+  for (auto [name, token] :
+       {std::pair{"bos_token", tokenizer_->bos_token()}, std::pair{"eos_token", tokenizer_->eos_token()},
+        std::pair{"pad_token", tokenizer_->pad_token()}})
     if (token && !vars.contains(name)) vars[name] = *token;
   return ChatTemplate(*tokenizer_->chat_template()).render(messages, tools, add_generation_prompt, vars);
 }

@@ -27,7 +27,7 @@ class StreamingDetokenizer;
 
 struct StepStats {
   bool is_prefill = false;
-  int num_tokens = 0;     // tokens computed (prefill) or sequences decoded
+  int num_tokens = 0;  // tokens computed (prefill) or sequences decoded
   double seconds = 0.0;
   // Host work with the device idle (the engine is synchronous): before the model was launched (scheduling,
   // metadata) and after run() returned (postprocessing, detokenizing).

@@ -22,8 +22,8 @@ class ModelExecutor {
 
   int tensor_parallel_size() const { return static_cast<int>(runners_.size()); }
   int num_kvcache_blocks() const { return runners_[0]->num_kvcache_blocks(); }
-  size_t kv_cache_bytes() const;  // over all ranks
-  size_t weight_bytes() const;    // over all ranks
+  size_t kv_cache_bytes() const;                         // over all ranks
+  size_t weight_bytes() const;                           // over all ranks
   Backend& backend() { return runners_[0]->backend(); }  // rank 0's
   std::string communicator() const { return comms_ ? comms_->describe() : ""; }
 

@@ -73,13 +73,12 @@ void Scheduler::add(std::unique_ptr<Sequence> seq) {
 bool Scheduler::is_finished() const { return waiting_.empty() && running_.empty() && prefilling_ == nullptr; }
 
 ScheduledBatch Scheduler::schedule() {
-  ScheduledBatch batch =
-      step_policy_ == StepPolicy::DecodeFirst ? schedule_decode_first() : schedule_prefill_first();
+  ScheduledBatch batch = step_policy_ == StepPolicy::DecodeFirst ? schedule_decode_first() : schedule_prefill_first();
   // add()'s admission rule makes this unreachable; fail loudly rather than let the engine spin.
   if (batch.empty() && !is_finished()) {
     throw EngineError("Scheduler stalled: " + std::to_string(waiting_.size()) + " waiting, " +
-                      std::to_string(num_running()) + " running, " +
-                      std::to_string(block_manager_.num_free_blocks()) + " free blocks, nothing schedulable");
+                      std::to_string(num_running()) + " running, " + std::to_string(block_manager_.num_free_blocks()) +
+                      " free blocks, nothing schedulable");
   }
   return batch;
 }
@@ -184,8 +183,8 @@ void Scheduler::preempt(Sequence& seq) {
 void Scheduler::postprocess(const ScheduledBatch& batch, std::span<const int32_t> sampled_token_ids) {
   const int num_samples = batch.num_samples();
   if (static_cast<size_t>(num_samples) != sampled_token_ids.size()) {
-    throw EngineError("Scheduler::postprocess: " + std::to_string(sampled_token_ids.size()) +
-                      " sampled tokens for " + std::to_string(num_samples) + " sampling sequences");
+    throw EngineError("Scheduler::postprocess: " + std::to_string(sampled_token_ids.size()) + " sampled tokens for " +
+                      std::to_string(num_samples) + " sampling sequences");
   }
   size_t next_sample = 0;
   for (const ScheduledSequence& item : batch.items) {
@@ -211,9 +210,9 @@ FinishReason Scheduler::check_finish(const Sequence& seq) const {
   const SamplingParams& params = seq.params;
   const int32_t token_id = seq.last_token();
   if (seq.num_completion_tokens() >= params.min_tokens) {
-    const bool stops = (!params.ignore_eos && is_eos(token_id)) ||
-                       std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token_id) !=
-                           params.stop_token_ids.end();
+    const bool stops =
+        (!params.ignore_eos && is_eos(token_id)) ||
+        std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token_id) != params.stop_token_ids.end();
     if (stops) return FinishReason::Stop;
   }
   if (seq.num_completion_tokens() >= params.max_tokens) return FinishReason::Length;

@@ -7,10 +7,14 @@ namespace nanovllm {
 
 const char* to_string(FinishReason reason) {
   switch (reason) {
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Abort: return "abort";
-    case FinishReason::None: break;
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Abort:
+      return "abort";
+    case FinishReason::None:
+      break;
   }
   return "";
 }

@@ -26,8 +26,8 @@ class Sequence {
   std::vector<int32_t> token_ids;  // prompt, then generated tokens
   int num_prompt_tokens;
   SamplingParams params;
-  int num_cached_tokens = 0;    // tokens whose KV came from the prefix cache at the last allocation
-  int num_computed_tokens = 0;  // tokens whose KV is in the cache (chunked prefill progress)
+  int num_cached_tokens = 0;         // tokens whose KV came from the prefix cache at the last allocation
+  int num_computed_tokens = 0;       // tokens whose KV is in the cache (chunked prefill progress)
   std::vector<int32_t> block_table;  // logical block i -> physical KV block
 
   int size() const { return static_cast<int>(token_ids.size()); }

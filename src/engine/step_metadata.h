@@ -54,8 +54,12 @@ class StepMetadata {
 
  private:
   int32_t* host_i32(size_t off) { return reinterpret_cast<int32_t*>(host_ + off); }
-  Tensor device_i32(size_t off, int n) const { return Tensor(device_.data() ? static_cast<char*>(device_.data()) + off : nullptr, DType::I32, {n}); }
-  Tensor device_at(size_t off, DType t, int n) const { return Tensor(static_cast<char*>(device_.data()) + off, t, {n}); }
+  Tensor device_i32(size_t off, int n) const {
+    return Tensor(device_.data() ? static_cast<char*>(device_.data()) + off : nullptr, DType::I32, {n});
+  }
+  Tensor device_at(size_t off, DType t, int n) const {
+    return Tensor(static_cast<char*>(device_.data()) + off, t, {n});
+  }
 
   Backend& backend_;
   StepLimits limits_;

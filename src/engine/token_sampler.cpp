@@ -246,7 +246,8 @@ void TokenSampler::logprobs_of(const Tensor& logits, const int32_t* targets, int
     PositionLogprobs& e = out[i];
     e.clear();
     e.emplace_back(targets[i], target_lp[i]);
-    for (int j = 0; j < k; ++j) e.emplace_back(top_ids[static_cast<size_t>(i) * k + j], top_lp[static_cast<size_t>(i) * k + j]);
+    for (int j = 0; j < k; ++j)
+      e.emplace_back(top_ids[static_cast<size_t>(i) * k + j], top_lp[static_cast<size_t>(i) * k + j]);
   }
 }
 

@@ -43,10 +43,10 @@ class TokenSampler {
   // What a batch asks of the sampler.
   struct Plan {
     int num_samples = 0;
-    int want_k = 0;                     // top logprobs to compute: the most any request asked for
+    int want_k = 0;  // top logprobs to compute: the most any request asked for
     bool want_sample_logprobs = false;
-    bool needs_whole_rows = false;      // a sampling filter that looks at the whole vocabulary (top_k, top_p, min_p)
-    bool raw_argmax_fallback = false;   // a row whose logit / T may overflow (see sample_on_shards)
+    bool needs_whole_rows = false;     // a sampling filter that looks at the whole vocabulary (top_k, top_p, min_p)
+    bool raw_argmax_fallback = false;  // a row whose logit / T may overflow (see sample_on_shards)
     Bans bans;
     std::vector<int32_t> prompt_rows, prompt_targets;  // token rows whose logits score the next prompt token
     std::vector<std::pair<int, int>> prompt_where;     // (item, scored position) of each

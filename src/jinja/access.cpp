@@ -48,7 +48,8 @@ Value get_item(const Value& obj, const Value& key) {
   return Value();
 }
 
-Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<int64_t> stop, std::optional<int64_t> step) {
+Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<int64_t> stop,
+                std::optional<int64_t> step) {
   const int64_t st = step.value_or(1);
   if (st == 0) throw Error("slice step cannot be zero");
   auto pick = [&](int64_t n, auto&& take) {
@@ -78,14 +79,16 @@ Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<in
 }
 
 bool contains(const Value& container, const Value& item) {
-  if (container.is_string()) return container.as_string().find(need_string(item, "'in' on a string")) != std::string::npos;
+  if (container.is_string())
+    return container.as_string().find(need_string(item, "'in' on a string")) != std::string::npos;
   if (container.is_list()) {
     for (const Value& v : container.as_list()) {
       if (v.equals(item)) return true;
     }
     return false;
   }
-  if (container.is_dict() || container.is_namespace()) return item.is_string() && container.find_key(item.as_string()) != nullptr;
+  if (container.is_dict() || container.is_namespace())
+    return item.is_string() && container.find_key(item.as_string()) != nullptr;
   if (container.is_undefined()) return false;
   throw Error("'in' needs a string, list or dict on its right, got a " + container.type_name());
 }
@@ -97,7 +100,8 @@ Value attribute_path(const Value& item, const std::string& path) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    v = numeric && part.size() < 18 ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_attribute(v, part);
+    v = numeric && part.size() < 18 ? get_item(v, Value(static_cast<int64_t>(std::stoll(part))))
+                                    : get_attribute(v, part);
     if (dot == std::string::npos) return v;
     start = dot + 1;
   }

@@ -12,7 +12,8 @@ namespace nanovllm::jinja {
 Value get_attribute(const Value& obj, const std::string& name);
 // obj[key]: dict key or list/string index (negative counts from the end); undefined when absent.
 Value get_item(const Value& obj, const Value& key);
-Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<int64_t> stop, std::optional<int64_t> step);
+Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<int64_t> stop,
+                std::optional<int64_t> step);
 // `a in b`.
 bool contains(const Value& container, const Value& item);
 // Looks up a dotted path ("a.b", "items.0") on a value, as Jinja's attribute= arguments do.

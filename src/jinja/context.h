@@ -25,7 +25,10 @@ struct Context {
 
   // Counts what a value costs to build; throws past the budget.
   const Value& charge(const Value& v) {
-    bytes += v.is_string() ? v.as_string().size() : v.is_list() ? v.as_list().size() * 16 : v.is_dict() ? v.as_dict().size() * 32 : 1;
+    bytes += v.is_string() ? v.as_string().size()
+             : v.is_list() ? v.as_list().size() * 16
+             : v.is_dict() ? v.as_dict().size() * 32
+                           : 1;
     if (bytes > kMaxProducedBytes) throw Error("rendering exceeds its memory budget");
     return v;
   }

@@ -1,11 +1,11 @@
 // Evaluation of names, literals, access, calls, filters, tests and conditionals. Operators are in operators.cpp.
 #include <optional>
 
-#include "jinja/ast.h"
 #include "jinja/access.h"
+#include "jinja/ast.h"
+#include "jinja/context.h"
 #include "jinja/filters.h"
 #include "jinja/predicates.h"
-#include "jinja/context.h"
 
 namespace nanovllm::jinja {
 
@@ -84,7 +84,9 @@ Value FilterExpr::eval(Context& ctx) const {
   return result;
 }
 
-Value TestExpr::eval(Context& ctx) const { return Value(apply_test(name, value->eval(ctx), args.eval(ctx)) != negated); }
+Value TestExpr::eval(Context& ctx) const {
+  return Value(apply_test(name, value->eval(ctx), args.eval(ctx)) != negated);
+}
 
 Value Conditional::eval(Context& ctx) const {
   if (condition->eval(ctx).truthy()) return then_value->eval(ctx);

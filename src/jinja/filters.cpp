@@ -19,12 +19,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (const char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -34,7 +45,8 @@ std::string html_escape(const std::string& s) {
 
 Value tojson(const Value& v, const CallArgs& a) {
   const Value* indent = a.get(0, "indent");
-  return Value(v.to_json(indent && indent->is_int() ? static_cast<int>(std::clamp<int64_t>(indent->as_int(), 0, 64)) : -1));
+  return Value(
+      v.to_json(indent && indent->is_int() ? static_cast<int>(std::clamp<int64_t>(indent->as_int(), 0, 64)) : -1));
 }
 
 Value trim(const Value& v, const CallArgs& a) {
@@ -45,7 +57,9 @@ Value trim(const Value& v, const CallArgs& a) {
 Value upper(const Value& v, const CallArgs&) { return Value(change_case(need_string(v, "upper"), Case::kUpper)); }
 Value lower(const Value& v, const CallArgs&) { return Value(change_case(need_string(v, "lower"), Case::kLower)); }
 Value title(const Value& v, const CallArgs&) { return Value(change_case(need_string(v, "title"), Case::kTitle)); }
-Value capitalize(const Value& v, const CallArgs&) { return Value(change_case(need_string(v, "capitalize"), Case::kCapitalize)); }
+Value capitalize(const Value& v, const CallArgs&) {
+  return Value(change_case(need_string(v, "capitalize"), Case::kCapitalize));
+}
 Value string(const Value& v, const CallArgs&) { return Value(v.to_output()); }
 Value escape(const Value& v, const CallArgs&) { return Value(html_escape(v.to_output())); }
 Value safe(const Value& v, const CallArgs&) { return v; }
@@ -67,8 +81,9 @@ Value indent(const Value& v, const CallArgs& a) {
   const Value* width_v = a.get(0, "width");
   const Value* first_v = a.get(1, "first");
   const Value* blank_v = a.get(2, "blank");
-  const std::string pad = width_v && width_v->is_string() ? width_v->as_string()
-                                                          : std::string(static_cast<size_t>(std::clamp<int64_t>(int_or(width_v, 4), 0, 256)), ' ');
+  const std::string pad = width_v && width_v->is_string()
+                              ? width_v->as_string()
+                              : std::string(static_cast<size_t>(std::clamp<int64_t>(int_or(width_v, 4), 0, 256)), ' ');
   const std::string& s = need_string(v, "indent");
   std::string out;
   size_t start = 0;
@@ -76,7 +91,8 @@ Value indent(const Value& v, const CallArgs& a) {
   while (true) {
     const size_t nl = s.find('\n', start);
     const std::string line = s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-    const bool indent_it = first_line ? (first_v && first_v->truthy()) : (!line.empty() || (blank_v && blank_v->truthy()));
+    const bool indent_it =
+        first_line ? (first_v && first_v->truthy()) : (!line.empty() || (blank_v && blank_v->truthy()));
     if (indent_it) out += pad;
     out += line;
     if (nl == std::string::npos) break;
@@ -127,14 +143,16 @@ Value to_float(const Value& v, const CallArgs& a) {
 }
 
 Value abs(const Value& v, const CallArgs&) {
-  if (v.is_int()) return Value(v.as_int() < 0 ? static_cast<int64_t>(0 - static_cast<uint64_t>(v.as_int())) : v.as_int());
+  if (v.is_int())
+    return Value(v.as_int() < 0 ? static_cast<int64_t>(0 - static_cast<uint64_t>(v.as_int())) : v.as_int());
   if (v.is_float()) return Value(std::fabs(v.as_number()));
   throw Error("abs needs a number");
 }
 
 Value round(const Value& v, const CallArgs& a) {
   const Value* precision = a.get(0, "precision");
-  const double scale = std::pow(10.0, precision && precision->is_int() ? static_cast<double>(precision->as_int()) : 0.0);
+  const double scale =
+      std::pow(10.0, precision && precision->is_int() ? static_cast<double>(precision->as_int()) : 0.0);
   return Value(std::nearbyint(v.as_number() * scale) / scale);
 }
 
@@ -175,7 +193,8 @@ Value items(const Value& v, const CallArgs&) { return Value(items_of(v)); }
 
 Value dictsort(const Value& v, const CallArgs&) {
   ValueList pairs = items_of(v);
-  std::stable_sort(pairs.begin(), pairs.end(), [](const Value& x, const Value& y) { return x.as_list()[0].less_than(y.as_list()[0]); });
+  std::stable_sort(pairs.begin(), pairs.end(),
+                   [](const Value& x, const Value& y) { return x.as_list()[0].less_than(y.as_list()[0]); });
   return Value(pairs);
 }
 
@@ -196,7 +215,8 @@ Value sort(const Value& v, const CallArgs& a) {
   const Value* reverse = a.get(0, "reverse");
   const Value* attribute = a.get(2, "attribute");
   auto key = [&](const Value& x) { return attribute ? attribute_path(x, attribute->to_output()) : x; };
-  std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) { return key(x).less_than(key(y)); });
+  std::stable_sort(items.begin(), items.end(),
+                   [&](const Value& x, const Value& y) { return key(x).less_than(key(y)); });
   if (reverse && reverse->truthy()) std::reverse(items.begin(), items.end());
   return Value(items);
 }
@@ -258,7 +278,8 @@ Value map(const Value& v, const CallArgs& a) {
 Value select_items(const Value& v, const CallArgs& a, const char* name, bool keep_passing) {
   ValueList out;
   for (const Value& x : v.iterate()) {
-    const bool pass = a.positional.empty() ? x.truthy() : apply_test(string_arg(a, 0, "test", name), x, rest_args(a, 1));
+    const bool pass =
+        a.positional.empty() ? x.truthy() : apply_test(string_arg(a, 0, "test", name), x, rest_args(a, 1));
     if (pass == keep_passing) out.push_back(x);
   }
   return Value(out);
@@ -273,7 +294,8 @@ Value select_by_attribute(const Value& v, const CallArgs& a, const char* name, b
   const std::string& attribute = string_arg(a, 0, "attribute", name);
   for (const Value& x : v.iterate()) {
     const Value field = attribute_path(x, attribute);
-    const bool pass = a.positional.size() < 2 ? field.truthy() : apply_test(string_arg(a, 1, "test", name), field, rest_args(a, 2));
+    const bool pass =
+        a.positional.size() < 2 ? field.truthy() : apply_test(string_arg(a, 1, "test", name), field, rest_args(a, 2));
     if (pass == keep_passing) out.push_back(x);
   }
   return Value(out);
@@ -285,17 +307,46 @@ Value rejectattr(const Value& v, const CallArgs& a) { return select_by_attribute
 // Known to the parser so templates that only mention it in an untaken branch still load.
 Value batch(const Value&, const CallArgs&) { throw Error("unsupported filter 'batch'"); }
 
-const std::unordered_map<std::string_view, Filter> kFilters = {
-    {"tojson", tojson},   {"length", length},     {"count", length},       {"trim", trim},
-    {"upper", upper},     {"lower", lower},       {"title", title},        {"capitalize", capitalize},
-    {"default", default_value}, {"d", default_value}, {"join", join},      {"first", first},
-    {"last", last},       {"list", list},         {"string", string},      {"int", to_int},
-    {"float", to_float},  {"abs", abs},           {"replace", replace},    {"safe", safe},
-    {"items", items},     {"dictsort", dictsort}, {"reverse", reverse},    {"sort", sort},
-    {"unique", unique},   {"map", map},           {"select", select},      {"reject", reject},
-    {"selectattr", selectattr}, {"rejectattr", rejectattr}, {"indent", indent}, {"round", round},
-    {"e", escape},        {"escape", escape},     {"min", min},            {"max", max},
-    {"sum", sum},         {"wordcount", wordcount}, {"batch", batch},      {"attr", attr}};
+const std::unordered_map<std::string_view, Filter> kFilters = {{"tojson", tojson},
+                                                               {"length", length},
+                                                               {"count", length},
+                                                               {"trim", trim},
+                                                               {"upper", upper},
+                                                               {"lower", lower},
+                                                               {"title", title},
+                                                               {"capitalize", capitalize},
+                                                               {"default", default_value},
+                                                               {"d", default_value},
+                                                               {"join", join},
+                                                               {"first", first},
+                                                               {"last", last},
+                                                               {"list", list},
+                                                               {"string", string},
+                                                               {"int", to_int},
+                                                               {"float", to_float},
+                                                               {"abs", abs},
+                                                               {"replace", replace},
+                                                               {"safe", safe},
+                                                               {"items", items},
+                                                               {"dictsort", dictsort},
+                                                               {"reverse", reverse},
+                                                               {"sort", sort},
+                                                               {"unique", unique},
+                                                               {"map", map},
+                                                               {"select", select},
+                                                               {"reject", reject},
+                                                               {"selectattr", selectattr},
+                                                               {"rejectattr", rejectattr},
+                                                               {"indent", indent},
+                                                               {"round", round},
+                                                               {"e", escape},
+                                                               {"escape", escape},
+                                                               {"min", min},
+                                                               {"max", max},
+                                                               {"sum", sum},
+                                                               {"wordcount", wordcount},
+                                                               {"batch", batch},
+                                                               {"attr", attr}};
 
 }  // namespace
 

@@ -68,9 +68,11 @@ Value dict(const CallArgs& a) {
   return Value(d);
 }
 
-const std::unordered_map<std::string_view, Global> kGlobals = {
-    {"namespace", make_namespace}, {"range", range}, {"raise_exception", raise_exception},
-    {"strftime_now", strftime_now}, {"dict", dict}};
+const std::unordered_map<std::string_view, Global> kGlobals = {{"namespace", make_namespace},
+                                                               {"range", range},
+                                                               {"raise_exception", raise_exception},
+                                                               {"strftime_now", strftime_now},
+                                                               {"dict", dict}};
 
 }  // namespace
 

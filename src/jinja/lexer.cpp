@@ -48,7 +48,8 @@ class Lexer {
         lex_expression(kind == '{' ? '}' : '%', right_strip, right_keep);
         tokens_.push_back({kind == '{' ? Tok::kVarEnd : Tok::kBlockEnd, "", line_});
       }
-      if (kind != '{' && !right_strip && !right_keep && pos_ < src_.size() && src_[pos_] == '\n') ++pos_;  // trim_blocks
+      if (kind != '{' && !right_strip && !right_keep && pos_ < src_.size() && src_[pos_] == '\n')
+        ++pos_;  // trim_blocks
       strip_next_text = right_strip;
       text_begin = pos_;
     }
@@ -221,14 +222,29 @@ class Lexer {
       const char e = src_[i + 1];
       i += 2;
       switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case '0': out += '\0'; break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case '\n': break;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case '0':
+          out += '\0';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case '\n':
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -238,7 +254,8 @@ class Lexer {
           for (size_t k = 0; k < width; ++k) {
             const char h = src_[i + k];
             if (!std::isxdigit(static_cast<unsigned char>(h))) fail_at_line(line_, "bad escape in string literal");
-            cp = cp * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
+            cp = cp * 16 + static_cast<char32_t>(
+                               std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
           }
           if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) fail_at_line(line_, "bad escape in string literal");
           utf8::append(out, cp);
@@ -261,7 +278,6 @@ class Lexer {
   int counted_line_ = 1;
   std::vector<Token> tokens_;
 };
-
 
 }  // namespace
 

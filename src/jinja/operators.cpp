@@ -3,16 +3,22 @@
 #include <cmath>
 #include <optional>
 
-#include "jinja/ast.h"
 #include "jinja/access.h"
+#include "jinja/ast.h"
 #include "jinja/context.h"
 
 namespace nanovllm::jinja {
 namespace {
 
-int64_t wrapping_add(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
-int64_t wrapping_sub(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b)); }
-int64_t wrapping_mul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+int64_t wrapping_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+int64_t wrapping_sub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+int64_t wrapping_mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
 
 int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -46,7 +52,8 @@ std::optional<Value> add_sequences(const Value& l, const Value& r) {
 Value repeat_string(const Value& l, const Value& r) {
   const std::string& s = l.is_string() ? l.as_string() : r.as_string();
   const int64_t n = l.is_int() ? l.as_int() : r.as_int();
-  if (n > (1 << 24) || (n > 0 && s.size() * static_cast<size_t>(n) > (1u << 24))) throw Error("string repetition too large");
+  if (n > (1 << 24) || (n > 0 && s.size() * static_cast<size_t>(n) > (1u << 24)))
+    throw Error("string repetition too large");
   std::string out;
   for (int64_t i = 0; i < n; ++i) out += s;
   return Value(std::move(out));

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "jinja/filters.h"
-#include "jinja/predicates.h"
 #include "jinja/line_error.h"
+#include "jinja/predicates.h"
 
 namespace nanovllm::jinja {
 namespace {
@@ -28,8 +28,12 @@ class Parser {
  private:
   const Token& peek(size_t ahead = 0) const { return t_[std::min(p_ + ahead, t_.size() - 1)]; }
   const Token& next() { return t_[std::min(p_++, t_.size() - 1)]; }
-  bool peek_op(const char* op, size_t ahead = 0) const { return peek(ahead).kind == Tok::kOp && peek(ahead).text == op; }
-  bool peek_name(const char* name, size_t ahead = 0) const { return peek(ahead).kind == Tok::kName && peek(ahead).text == name; }
+  bool peek_op(const char* op, size_t ahead = 0) const {
+    return peek(ahead).kind == Tok::kOp && peek(ahead).text == op;
+  }
+  bool peek_name(const char* name, size_t ahead = 0) const {
+    return peek(ahead).kind == Tok::kName && peek(ahead).text == name;
+  }
   bool accept_op(const char* op) {
     if (!peek_op(op)) return false;
     ++p_;
@@ -43,11 +47,16 @@ class Parser {
   [[noreturn]] void fail(const std::string& what) const { fail_at_line(peek().line, what); }
   std::string describe(const Token& t) const {
     switch (t.kind) {
-      case Tok::kEnd: return "end of template";
-      case Tok::kVarEnd: return "'}}'";
-      case Tok::kBlockEnd: return "'%}'";
-      case Tok::kString: return "string '" + t.text + "'";
-      default: return "'" + t.text + "'";
+      case Tok::kEnd:
+        return "end of template";
+      case Tok::kVarEnd:
+        return "'}}'";
+      case Tok::kBlockEnd:
+        return "'%}'";
+      case Tok::kString:
+        return "string '" + t.text + "'";
+      default:
+        return "'" + t.text + "'";
     }
   }
   void expect_op(const char* op) {
@@ -409,7 +418,8 @@ class Parser {
       ++p_;
       auto lit = make<Literal>(line);
       try {
-        lit->value = tok.kind == Tok::kInt ? Value(static_cast<int64_t>(std::stoll(tok.text))) : Value(std::stod(tok.text));
+        lit->value =
+            tok.kind == Tok::kInt ? Value(static_cast<int64_t>(std::stoll(tok.text))) : Value(std::stod(tok.text));
       } catch (const std::exception&) {
         fail_at_line(line, "number '" + tok.text + "' is out of range");
       }
@@ -570,7 +580,6 @@ class Parser {
   int nesting_ = 0;
   int statement_nesting_ = 0;
 };
-
 
 }  // namespace
 

@@ -59,16 +59,28 @@ bool in(const Value& v, const Value& other) { return contains(other, v); }
 bool sameas(const Value& v, const Value& other) { return v.equals(other) && v.type_name() == other.type_name(); }
 
 const std::unordered_map<std::string_view, UnaryTest> kUnaryTests = {
-    {"defined", defined}, {"undefined", undefined}, {"none", none},         {"string", string},
-    {"number", number},   {"integer", integer},     {"float", floating},    {"boolean", boolean},
-    {"true", is_true},    {"false", is_false},      {"mapping", mapping},   {"iterable", iterable},
-    {"sequence", sequence}, {"callable", callable}, {"escaped", escaped},   {"even", even},
-    {"odd", odd},         {"lower", lower},         {"upper", upper}};
+    {"defined", defined},   {"undefined", undefined}, {"none", none},       {"string", string},
+    {"number", number},     {"integer", integer},     {"float", floating},  {"boolean", boolean},
+    {"true", is_true},      {"false", is_false},      {"mapping", mapping}, {"iterable", iterable},
+    {"sequence", sequence}, {"callable", callable},   {"escaped", escaped}, {"even", even},
+    {"odd", odd},           {"lower", lower},         {"upper", upper}};
 
-const std::unordered_map<std::string_view, BinaryTest> kBinaryTests = {
-    {"divisibleby", divisibleby}, {"eq", eq}, {"equalto", eq}, {"==", eq}, {"ne", ne}, {"!=", ne},
-    {"lt", lt}, {"<", lt}, {"le", le}, {"<=", le}, {"gt", gt}, {">", gt}, {"ge", ge}, {">=", ge},
-    {"in", in}, {"sameas", sameas}};
+const std::unordered_map<std::string_view, BinaryTest> kBinaryTests = {{"divisibleby", divisibleby},
+                                                                       {"eq", eq},
+                                                                       {"equalto", eq},
+                                                                       {"==", eq},
+                                                                       {"ne", ne},
+                                                                       {"!=", ne},
+                                                                       {"lt", lt},
+                                                                       {"<", lt},
+                                                                       {"le", le},
+                                                                       {"<=", le},
+                                                                       {"gt", gt},
+                                                                       {">", gt},
+                                                                       {"ge", ge},
+                                                                       {">=", ge},
+                                                                       {"in", in},
+                                                                       {"sameas", sameas}};
 
 }  // namespace
 

@@ -124,10 +124,18 @@ std::string change_case(const std::string& s, Case to) {
       upper = std::toupper(static_cast<int>(c));
     }
     switch (to) {
-      case Case::kLower: u[i] = lower; break;
-      case Case::kUpper: u[i] = upper; break;
-      case Case::kTitle: u[i] = word_start ? upper : lower; break;
-      case Case::kCapitalize: u[i] = i == 0 ? upper : lower; break;
+      case Case::kLower:
+        u[i] = lower;
+        break;
+      case Case::kUpper:
+        u[i] = upper;
+        break;
+      case Case::kTitle:
+        u[i] = word_start ? upper : lower;
+        break;
+      case Case::kCapitalize:
+        u[i] = i == 0 ? upper : lower;
+        break;
     }
     const bool alnum = c < 128 ? std::isalnum(static_cast<int>(c)) != 0 : true;
     word_start = !alnum;

@@ -12,7 +12,8 @@ namespace {
 // Runs statements in order; an error inside one becomes an InvalidInput naming its line.
 Flow exec_body(const std::vector<NodePtr>& body, Context& ctx, std::string& out) {
   for (const NodePtr& n : body) {
-    if (++ctx.steps > kMaxSteps || out.size() > kMaxOutputBytes) fail_at_line(n->line, "rendering exceeds its step or output budget");
+    if (++ctx.steps > kMaxSteps || out.size() > kMaxOutputBytes)
+      fail_at_line(n->line, "rendering exceeds its step or output budget");
     try {
       const Flow f = n->exec(ctx, out);
       if (f != Flow::kNormal) return f;
@@ -48,9 +49,9 @@ Value loop_variable(const ValueList& items, int64_t i) {
                  {"previtem", i > 0 ? items[i - 1] : Value::undefined("previtem")},
                  {"nextitem", i + 1 < n ? items[i + 1] : Value::undefined("nextitem")}};
   loop.emplace_back("cycle", Value(Function([i](const CallArgs& a) -> Value {
-    if (a.positional.empty()) throw Error("loop.cycle needs at least one argument");
-    return a.positional[static_cast<size_t>(i) % a.positional.size()];
-  })));
+                      if (a.positional.empty()) throw Error("loop.cycle needs at least one argument");
+                      return a.positional[static_cast<size_t>(i) % a.positional.size()];
+                    })));
   return Value(std::move(loop));
 }
 
@@ -75,7 +76,8 @@ void set_namespace_attribute(Context& ctx, const std::string& name, const std::s
   // A namespace inside a namespace could form a reference cycle; real templates never need it.
   if (holds_namespace(v)) throw Error("cannot store a namespace or function inside namespace '" + name + "'");
   const Value target = ctx.lookup(name);
-  if (!target.is_namespace()) throw Error("cannot assign attribute '" + attribute + "' on a " + target.type_name() + " (only on a namespace)");
+  if (!target.is_namespace())
+    throw Error("cannot assign attribute '" + attribute + "' on a " + target.type_name() + " (only on a namespace)");
   for (auto& [k, existing] : target.as_namespace().attributes) {
     if (k == attribute) {
       existing = std::move(v);
@@ -167,7 +169,8 @@ Flow SetNode::exec(Context& ctx, std::string&) const {
   if (!attribute.empty()) {
     set_namespace_attribute(ctx, name, attribute, std::move(v));
   } else if (!names.empty()) {
-    if (!v.is_list() || v.as_list().size() != names.size()) throw Error("cannot unpack a " + v.type_name() + " into " + std::to_string(names.size()) + " names");
+    if (!v.is_list() || v.as_list().size() != names.size())
+      throw Error("cannot unpack a " + v.type_name() + " into " + std::to_string(names.size()) + " names");
     for (size_t i = 0; i < names.size(); ++i) ctx.assign(names[i], v.as_list()[i]);
   } else {
     ctx.assign(name, std::move(v));

@@ -30,11 +30,14 @@ Value endswith(const std::string& s, const CallArgs& a) { return has_affix(s, a,
 
 Value split_into_values(const std::string& s, const CallArgs& a, int64_t maxsplit) {
   ValueList parts;
-  for (std::string& part : split(s, optional_string(a.get(0, "sep"), "split"), maxsplit)) parts.emplace_back(std::move(part));
+  for (std::string& part : split(s, optional_string(a.get(0, "sep"), "split"), maxsplit))
+    parts.emplace_back(std::move(part));
   return Value(std::move(parts));
 }
 
-Value split_method(const std::string& s, const CallArgs& a) { return split_into_values(s, a, int_or(a.get(1, "maxsplit"), -1)); }
+Value split_method(const std::string& s, const CallArgs& a) {
+  return split_into_values(s, a, int_or(a.get(1, "maxsplit"), -1));
+}
 
 Value rsplit(const std::string& s, const CallArgs& a) {
   const int64_t maxsplit = int_or(a.get(1, "maxsplit"), -1);
@@ -100,12 +103,25 @@ Value is_space(const std::string& s, const CallArgs&) { return all_chars(s, is_p
 // str.format is known (so `x.format is defined` holds) but calling it is outside the subset.
 Value format(const std::string&, const CallArgs&) { throw Error("unsupported string method 'format'"); }
 
-const std::unordered_map<std::string_view, StringMethod> kStringMethods = {
-    {"startswith", startswith}, {"endswith", endswith}, {"split", split_method}, {"rsplit", rsplit},
-    {"strip", strip_method},    {"lstrip", lstrip},     {"rstrip", rstrip},     {"lower", lower},
-    {"upper", upper},           {"title", title},       {"capitalize", capitalize}, {"replace", replace},
-    {"find", find},             {"count", count},       {"join", join},         {"isdigit", is_digit},
-    {"isalpha", is_alpha},       {"isspace", is_space},   {"format", format}};
+const std::unordered_map<std::string_view, StringMethod> kStringMethods = {{"startswith", startswith},
+                                                                           {"endswith", endswith},
+                                                                           {"split", split_method},
+                                                                           {"rsplit", rsplit},
+                                                                           {"strip", strip_method},
+                                                                           {"lstrip", lstrip},
+                                                                           {"rstrip", rstrip},
+                                                                           {"lower", lower},
+                                                                           {"upper", upper},
+                                                                           {"title", title},
+                                                                           {"capitalize", capitalize},
+                                                                           {"replace", replace},
+                                                                           {"find", find},
+                                                                           {"count", count},
+                                                                           {"join", join},
+                                                                           {"isdigit", is_digit},
+                                                                           {"isalpha", is_alpha},
+                                                                           {"isspace", is_space},
+                                                                           {"format", format}};
 
 }  // namespace
 

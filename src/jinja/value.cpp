@@ -16,12 +16,18 @@ const Value* CallArgs::get(size_t index, std::string_view name) const {
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value(None{});
-    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: return Value(static_cast<int64_t>(j.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value(None{});
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Value(static_cast<int64_t>(j.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       for (const auto& e : j) items.push_back(from_json(e));
@@ -32,7 +38,8 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
       for (const auto& [k, v] : j.items()) items.emplace_back(k, from_json(v));
       return Value(std::move(items));
     }
-    default: return Value();
+    default:
+      return Value();
   }
 }
 
@@ -54,7 +61,8 @@ std::string python_float_repr(double d) {
   // Python switches to exponent notation below 1e-4 and from 1e16.
   const double a = std::fabs(d);
   const bool scientific = a != 0.0 && (a < 1e-4 || a >= 1e16);
-  auto r = std::to_chars(buf, buf + sizeof(buf), d, scientific ? std::chars_format::scientific : std::chars_format::fixed);
+  auto r =
+      std::to_chars(buf, buf + sizeof(buf), d, scientific ? std::chars_format::scientific : std::chars_format::fixed);
   std::string s(buf, r.ptr);
   if (scientific) {
     // to_chars writes e-05 / e+16 already in Python's form.
@@ -96,13 +104,27 @@ void json_string(std::string& out, const std::string& s) {
   out += '"';
   for (const char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (static_cast<uint8_t>(c) < 0x20) {
           char buf[8];
@@ -182,7 +204,8 @@ std::string Value::repr() const {
   if (is_dict()) {
     std::string out = "{";
     const ValueDict& d = as_dict();
-    for (size_t i = 0; i < d.size(); ++i) out += (i ? ", " : "") + python_string_repr(d[i].first) + ": " + d[i].second.repr();
+    for (size_t i = 0; i < d.size(); ++i)
+      out += (i ? ", " : "") + python_string_repr(d[i].first) + ": " + d[i].second.repr();
     return out + "}";
   }
   return to_output();
@@ -252,7 +275,8 @@ bool Value::less_than(const Value& o) const {
 }
 
 std::string Value::type_name() const {
-  static const char* names[] = {"undefined", "none", "bool", "int", "float", "string", "list", "dict", "namespace", "function"};
+  static const char* names[] = {"undefined", "none", "bool", "int",       "float",
+                                "string",    "list", "dict", "namespace", "function"};
   return names[v_.index()];
 }
 

@@ -36,8 +36,9 @@ struct Namespace {
 
 class Value {
  public:
-  using Storage = std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<const ValueList>,
-                               std::shared_ptr<const ValueDict>, std::shared_ptr<Namespace>, std::shared_ptr<const Function>>;
+  using Storage =
+      std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<const ValueList>,
+                   std::shared_ptr<const ValueDict>, std::shared_ptr<Namespace>, std::shared_ptr<const Function>>;
 
   Value() : v_(Undefined{}) {}
   Value(None) : v_(None{}) {}
@@ -51,7 +52,11 @@ class Value {
   Value(ValueDict d) : v_(std::make_shared<const ValueDict>(std::move(d))) {}
   Value(std::shared_ptr<Namespace> n) : v_(std::move(n)) {}
   Value(Function f) : v_(std::make_shared<const Function>(std::move(f))) {}
-  static Value undefined(std::string name) { Value v; v.v_ = Undefined{std::move(name)}; return v; }
+  static Value undefined(std::string name) {
+    Value v;
+    v.v_ = Undefined{std::move(name)};
+    return v;
+  }
   static Value from_json(const nlohmann::ordered_json& j);
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }

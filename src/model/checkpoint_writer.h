@@ -15,8 +15,8 @@ namespace nanovllm {
 struct RandomCheckpointOptions {
   nlohmann::json config;  // a config.json; must parse as ModelConfig
   uint64_t seed = 0;
-  int shards = 1;                       // 1: model.safetensors; K > 1: model-0000i-of-0000K + index
-  DType dtype = DType::BF16;            // F32 or BF16 on disk; values are BF16-exact either way
+  int shards = 1;             // 1: model.safetensors; K > 1: model-0000i-of-0000K + index
+  DType dtype = DType::BF16;  // F32 or BF16 on disk; values are BF16-exact either way
   DummyWeightScales scales;
   std::optional<std::filesystem::path> tokenizer_dir;  // copies tokenizer.json (+ tokenizer_config.json)
 };

@@ -36,8 +36,8 @@ void fill_dummy_bf16(const ParameterSpec& spec, uint64_t seed, const DummyWeight
   fill_dummy_bf16_block(spec, seed, scales, 0, rows, 0, rows == 0 ? 0 : numel / rows, out);
 }
 
-void fill_dummy_bf16_block(const ParameterSpec& spec, uint64_t seed, const DummyWeightScales& scales,
-                           int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end, uint16_t* out) {
+void fill_dummy_bf16_block(const ParameterSpec& spec, uint64_t seed, const DummyWeightScales& scales, int64_t row_begin,
+                           int64_t row_end, int64_t col_begin, int64_t col_end, uint16_t* out) {
   int64_t numel = 1;
   for (int64_t d : spec.shape) numel *= d;
   const int64_t rows = spec.shape.empty() ? 1 : spec.shape[0];

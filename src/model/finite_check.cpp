@@ -27,7 +27,8 @@ bool finite_element(const std::byte* p, DType dtype) {
       std::memcpy(&bits, p, sizeof bits);
       return (bits & 0x7C00u) != 0x7C00u;
     }
-    default: return true;
+    default:
+      return true;
   }
 }
 

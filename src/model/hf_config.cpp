@@ -33,8 +33,8 @@ constexpr int kMaxLayers = 4096;
 constexpr uint64_t kMaxParameters = 1ull << 40;
 
 int int_value(const json& value, const char* name, int max = kMaxSize) {
-  const bool not_positive = value.is_number_unsigned() ? value.get<uint64_t>() == 0
-                                                       : value.is_number_integer() && value.get<int64_t>() <= 0;
+  const bool not_positive =
+      value.is_number_unsigned() ? value.get<uint64_t>() == 0 : value.is_number_integer() && value.get<int64_t>() <= 0;
   if (not_positive) fail(std::string("field '") + name + "' must be positive, got " + quoted_json(value));
   try {
     return checked_integer<int>(value, name, 1, max);
@@ -111,7 +111,8 @@ void check_rope_scaling(const json& config) {
     if (!scaling->is_object()) fail(std::string("field '") + field + "' must be an object or null");
     std::string type = "default";
     if (auto it = scaling->find("rope_type"); it != scaling->end() && it->is_string()) type = it->get<std::string>();
-    else if (auto it2 = scaling->find("type"); it2 != scaling->end() && it2->is_string()) type = it2->get<std::string>();
+    else if (auto it2 = scaling->find("type"); it2 != scaling->end() && it2->is_string())
+      type = it2->get<std::string>();
     if (type != "default") fail("rope_scaling type " + quoted_text(type) + " is not supported");
   }
 }
@@ -148,15 +149,20 @@ DType dtype_from_torch_name(const std::string& name, const std::string& what) {
   if (name == "bfloat16") return DType::BF16;
   if (name == "float16") return DType::F16;
   if (name == "float32") return DType::F32;
-  throw InvalidInput(what + ": dtype " + quoted_text(name) + " is not supported (supported: bfloat16, float16, float32)");
+  throw InvalidInput(what + ": dtype " + quoted_text(name) +
+                     " is not supported (supported: bfloat16, float16, float32)");
 }
 
 const char* torch_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::BF16: return "bfloat16";
-    case DType::F16: return "float16";
-    case DType::F32: return "float32";
-    default: return "unsupported";
+    case DType::BF16:
+      return "bfloat16";
+    case DType::F16:
+      return "float16";
+    case DType::F32:
+      return "float32";
+    default:
+      return "unsupported";
   }
 }
 
@@ -174,8 +180,8 @@ ModelConfig ModelConfig::from_json(const json& config, const json* generation_co
   const json* kv_heads = find_field(config, "num_key_value_heads");
   c.num_key_value_heads = kv_heads ? int_value(*kv_heads, "num_key_value_heads") : c.num_attention_heads;
   if (c.num_attention_heads % c.num_key_value_heads != 0)
-    fail("num_attention_heads (" + std::to_string(c.num_attention_heads) + ") is not a multiple of num_key_value_heads (" +
-         std::to_string(c.num_key_value_heads) + ")");
+    fail("num_attention_heads (" + std::to_string(c.num_attention_heads) +
+         ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
   if (const json* head_dim = find_field(config, "head_dim")) {
     c.head_dim = int_value(*head_dim, "head_dim");
   } else {

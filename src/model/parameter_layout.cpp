@@ -9,7 +9,9 @@ std::vector<ParameterSpec> parameter_layout(const ModelConfig& c) {
   auto matrix = [&](std::string name, int64_t rows, int64_t cols) {
     out.push_back({std::move(name), {rows, cols}, ParameterKind::Matrix, cols});
   };
-  auto vector = [&](std::string name, int64_t n, ParameterKind kind) { out.push_back({std::move(name), {n}, kind, 1}); };
+  auto vector = [&](std::string name, int64_t n, ParameterKind kind) {
+    out.push_back({std::move(name), {n}, kind, 1});
+  };
 
   out.push_back({"model.embed_tokens.weight", {V, H}, ParameterKind::Embedding, H});
   for (int i = 0; i < c.num_hidden_layers; ++i) {

@@ -118,15 +118,15 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
       L.k_norm = load(weights, {whole(layer_name(i, "self_attn.k_norm.weight"), {d})}, {d});
     }
     // Row-parallel: the input columns that match this rank's heads.
-    L.o_proj = load(weights, {column_block(layer_name(i, "self_attn.o_proj.weight"), {H, q}, q_begin, q_local)},
-                    {H, q_local});
+    L.o_proj =
+        load(weights, {column_block(layer_name(i, "self_attn.o_proj.weight"), {H, q}, q_begin, q_local)}, {H, q_local});
     L.post_attention_norm = load(weights, {whole(layer_name(i, "post_attention_layernorm.weight"), {H})}, {H});
     L.gate_up = load(weights,
                      {row_block(layer_name(i, "mlp.gate_proj.weight"), {I, H}, i_begin, i_local),
                       row_block(layer_name(i, "mlp.up_proj.weight"), {I, H}, i_begin, i_local)},
                      {2 * i_local, H});
-    L.down_proj = load(weights, {column_block(layer_name(i, "mlp.down_proj.weight"), {H, I}, i_begin, i_local)},
-                       {H, i_local});
+    L.down_proj =
+        load(weights, {column_block(layer_name(i, "mlp.down_proj.weight"), {H, I}, i_begin, i_local)}, {H, i_local});
   }
   final_norm_ = load(weights, {whole("model.norm.weight", {H})}, {H});
   lm_head_ = config.tie_word_embeddings
@@ -179,8 +179,8 @@ void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cac
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& L = layers_[i];
     b.linear(hidden, L.qkv, L.qkv_bias, qkv);
-    b.qk_norm_rope_cache(qkv, L.q_norm, L.k_norm, eps, step.positions, rope_, step.slot_mapping, nh, nkv, d,
-                         cache[i], q);
+    b.qk_norm_rope_cache(qkv, L.q_norm, L.k_norm, eps, step.positions, rope_, step.slot_mapping, nh, nkv, d, cache[i],
+                         q);
     b.paged_attention(q, cache[i], step.attention, nh, nkv, d, scale, attn);
     b.linear(attn, L.o_proj, Tensor{}, delta);
     reduce_add_norm(delta, residual, L.post_attention_norm, hidden);

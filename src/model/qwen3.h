@@ -18,9 +18,9 @@ namespace nanovllm {
 // Device views of one step's flat metadata (see ModelRunner for how they are filled).
 struct StepTensors {
   int num_tokens = 0;
-  Tensor input_ids;    // I32 [T]
-  Tensor positions;    // I32 [T]
-  Tensor slot_mapping; // I32 [T]
+  Tensor input_ids;     // I32 [T]
+  Tensor positions;     // I32 [T]
+  Tensor slot_mapping;  // I32 [T]
   AttentionBatch attention;
 };
 
@@ -54,7 +54,7 @@ class Qwen3Model {
     Tensor input_norm, post_attention_norm;
     Tensor qkv, qkv_bias, q_norm, k_norm;  // qkv: [(nh + 2 nkv) d, H], rows q | k | v
     Tensor o_proj;
-    Tensor gate_up;                        // [2 I, H], rows gate | up
+    Tensor gate_up;  // [2 I, H], rows gate | up
     Tensor down_proj;
   };
 

@@ -62,8 +62,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
                        std::to_string(file_size) + ") or 100 MiB");
   const char* header_text = reinterpret_cast<const char*>(file.mapping_.data() + 8);
   // A repeated tensor name would leave one of two data ranges unowned and the other silently chosen.
-  const json header = parse_json(std::string_view(header_text, header_len), where + "bad header",
-                                 DuplicateKeys::kReject);
+  const json header =
+      parse_json(std::string_view(header_text, header_len), where + "bad header", DuplicateKeys::kReject);
   if (!header.is_object()) throw InvalidInput(where + "bad header: not a JSON object");
 
   const size_t data_start = 8 + header_len;
@@ -81,7 +81,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     const std::string dtype_name = dtype_field.is_string() ? dtype_field.get<std::string>() : dtype_field.dump();
     Entry entry{DType::F32, {}, 0, 0};
     if (!parse_dtype(dtype_name, entry.dtype))
-      throw InvalidInput(tensor + "has dtype " + quoted_text(dtype_name) + ", which is not supported (supported: F32, BF16, F16)");
+      throw InvalidInput(tensor + "has dtype " + quoted_text(dtype_name) +
+                         ", which is not supported (supported: F32, BF16, F16)");
     const json& shape = info["shape"];
     if (!shape.is_array()) throw InvalidInput(tensor + "has a malformed shape: " + quoted_json(shape));
     // The running product is checked at every step: [2^32, 2^32] must not wrap to 0.
@@ -94,8 +95,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
         throw InvalidInput(tensor + "has shape " + quoted_json(shape) + " with more than 2^40 elements");
     }
     const json& offsets = info["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned() ||
-        offsets[0].get<uint64_t>() > offsets[1].get<uint64_t>())
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned() || offsets[0].get<uint64_t>() > offsets[1].get<uint64_t>())
       throw InvalidInput(tensor + "has malformed data_offsets: " + quoted_json(offsets));
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     const uint64_t expected_bytes = numel * dtype_size(entry.dtype);
@@ -104,9 +105,9 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
                          std::to_string(expected_bytes) + " bytes) but data_offsets [" + std::to_string(begin) + ", " +
                          std::to_string(end) + ") span " + std::to_string(end - begin) + " bytes");
     if (end > file_size - data_start)
-      throw InvalidInput(tensor + "data [" + std::to_string(data_start + begin) + ", " + std::to_string(data_start + end) +
-                         ") lies past the end of the file (size " + std::to_string(file_size) +
-                         "); the file is truncated");
+      throw InvalidInput(tensor + "data [" + std::to_string(data_start + begin) + ", " +
+                         std::to_string(data_start + end) + ") lies past the end of the file (size " +
+                         std::to_string(file_size) + "); the file is truncated");
     entry.offset = data_start + begin;
     entry.bytes = end - begin;
     file.tensors_.emplace(name, std::move(entry));
@@ -120,7 +121,8 @@ void SafetensorsFile::check_disjoint() const {
   std::vector<std::pair<const std::string*, const Entry*>> by_offset;
   for (const auto& [name, entry] : tensors_)
     if (entry.bytes != 0) by_offset.emplace_back(&name, &entry);
-  std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) { return a.second->offset < b.second->offset; });
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const auto& a, const auto& b) { return a.second->offset < b.second->offset; });
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const auto& [prev_name, prev] = by_offset[i - 1];
     const auto& [name, entry] = by_offset[i];
@@ -159,20 +161,23 @@ CheckpointReader CheckpointReader::open(const std::filesystem::path& dir) {
       throw InvalidInput(index_path.string() + ": has no 'weight_map' object");
     std::map<std::string, size_t> shard_of_file;
     for (const auto& [name, shard] : weight_map->items()) {
-      if (!shard.is_string()) throw InvalidInput(index_path.string() + ": weight_map[" + quoted_text(name) + "] is not a file name");
+      if (!shard.is_string())
+        throw InvalidInput(index_path.string() + ": weight_map[" + quoted_text(name) + "] is not a file name");
       const fs::path shard_name = shard.get<std::string>();
       if (shard_name.is_absolute() || shard_name.filename() != shard_name)
-        throw InvalidInput(index_path.string() + ": shard " + quoted_text(shard_name.string()) + " is not a file name in the folder");
+        throw InvalidInput(index_path.string() + ": shard " + quoted_text(shard_name.string()) +
+                           " is not a file name in the folder");
       auto [it, fresh] = shard_of_file.emplace(shard_name.string(), reader.files_.size());
       if (fresh) {
         const fs::path shard_path = dir / shard_name;
         if (!fs::exists(shard_path))
-          throw InvalidInput(index_path.string() + ": lists shard " + quoted_text(shard_name.string()) + ", which is missing");
+          throw InvalidInput(index_path.string() + ": lists shard " + quoted_text(shard_name.string()) +
+                             ", which is missing");
         reader.files_.push_back(SafetensorsFile::open(shard_path));
       }
       if (!reader.files_[it->second].contains(name))
-        throw InvalidInput(index_path.string() + ": says tensor " + quoted_text(name) + " is in " + quoted_text(shard_name.string()) +
-                           ", but that shard has no such tensor");
+        throw InvalidInput(index_path.string() + ": says tensor " + quoted_text(name) + " is in " +
+                           quoted_text(shard_name.string()) + ", but that shard has no such tensor");
       reader.location_.emplace(name, it->second);
     }
     if (reader.files_.empty()) throw InvalidInput(index_path.string() + ": weight_map is empty");
@@ -189,8 +194,9 @@ CheckpointReader CheckpointReader::open(const std::filesystem::path& dir) {
   for (size_t i = 0; i < reader.files_.size(); ++i)
     for (const auto& name : reader.files_[i].names())
       if (!reader.location_.emplace(name, i).second)
-        throw InvalidInput("tensor " + quoted_text(name) + " appears in both " + reader.files_[reader.location_[name]].path().string() +
-                           " and " + reader.files_[i].path().string());
+        throw InvalidInput("tensor " + quoted_text(name) + " appears in both " +
+                           reader.files_[reader.location_[name]].path().string() + " and " +
+                           reader.files_[i].path().string());
   return reader;
 }
 

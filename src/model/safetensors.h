@@ -53,7 +53,8 @@ class SafetensorsFile {
   };
   // Throws InvalidInput when two tensors' data ranges overlap.
   void check_disjoint() const;
-  SafetensorsFile(std::filesystem::path path, MappedFile mapping) : path_(std::move(path)), mapping_(std::move(mapping)) {}
+  SafetensorsFile(std::filesystem::path path, MappedFile mapping)
+      : path_(std::move(path)), mapping_(std::move(mapping)) {}
 
   std::filesystem::path path_;
   MappedFile mapping_;

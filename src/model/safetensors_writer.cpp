@@ -23,7 +23,8 @@ size_t write_safetensors(const std::filesystem::path& path, const std::vector<Te
     if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
       throw EngineError("write_safetensors: tensor '" + t.name + "' has dtype " + dtype_name(t.dtype));
     if (header.contains(t.name)) throw EngineError("write_safetensors: tensor '" + t.name + "' given twice");
-    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes()}}};
+    header[t.name] = {
+        {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes()}}};
     offset += t.bytes();
   }
   std::string text = header.dump();

@@ -10,8 +10,8 @@ namespace nanovllm {
 namespace {
 void require_divides(int size, int64_t value, const char* what) {
   if (value % size != 0)
-    throw InvalidInput("tensor_parallel_size " + std::to_string(size) + " does not divide the model's " + what +
-                       " (" + std::to_string(value) + ")");
+    throw InvalidInput("tensor_parallel_size " + std::to_string(size) + " does not divide the model's " + what + " (" +
+                       std::to_string(value) + ")");
 }
 }  // namespace
 

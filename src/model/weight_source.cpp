@@ -124,8 +124,8 @@ HostTensor DummyWeights::get(const std::string& name, const std::vector<int64_t>
   return out;
 }
 
-std::unique_ptr<WeightSource> open_weights(const std::filesystem::path& model_dir, const ModelConfig& config, bool dummy,
-                                           uint64_t seed) {
+std::unique_ptr<WeightSource> open_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                           bool dummy, uint64_t seed) {
   if (dummy) return std::make_unique<DummyWeights>(config, seed);
   return CheckpointWeights::open(model_dir);
 }

@@ -82,7 +82,7 @@ class DummyWeights : public WeightSource {
 
 // The engine's choice: DummyWeights(config, seed) when `dummy` (vLLM's load_format=dummy), else the
 // checkpoint in model_dir.
-std::unique_ptr<WeightSource> open_weights(const std::filesystem::path& model_dir, const ModelConfig& config, bool dummy,
-                                           uint64_t seed);
+std::unique_ptr<WeightSource> open_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                           bool dummy, uint64_t seed);
 
 }  // namespace nanovllm

@@ -26,11 +26,16 @@ void check_cuda(cudaError_t result, const char* call, int rank) {
 
 ncclDataType_t nccl_type(DType dtype, int rank) {
   switch (dtype) {
-    case DType::BF16: return ncclBfloat16;
-    case DType::F16: return ncclFloat16;
-    case DType::F32: return ncclFloat32;
-    case DType::I32: return ncclInt32;
-    default: break;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::F32:
+      return ncclFloat32;
+    case DType::I32:
+      return ncclInt32;
+    default:
+      break;
   }
   throw EngineError("NCCL: no collective for dtype " + std::string(dtype_name(dtype)) + " (rank " +
                     std::to_string(rank) + ")");
@@ -60,8 +65,8 @@ class NcclCommunicator final : public Communicator {
     auto held = group_.enter("all_reduce_sum");
     check_cuda(cudaSetDevice(device_), "cudaSetDevice", rank_);
     if (peer_ && peer_->fits(x)) return peer_->all_reduce(rank_, x, stream_);
-    check_nccl(ncclAllReduce(x.data, x.data, static_cast<size_t>(x.numel()), nccl_type(x.dtype, rank_), ncclSum,
-                             comm_, stream_),
+    check_nccl(ncclAllReduce(x.data, x.data, static_cast<size_t>(x.numel()), nccl_type(x.dtype, rank_), ncclSum, comm_,
+                             stream_),
                "ncclAllReduce", rank_);
   }
 
@@ -130,7 +135,8 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-NcclCommunicatorGroup::NcclCommunicatorGroup(const std::vector<int>& devices, const std::vector<cudaStream_t>& streams) {
+NcclCommunicatorGroup::NcclCommunicatorGroup(const std::vector<int>& devices,
+                                             const std::vector<cudaStream_t>& streams) {
   // NVLink multicast (NVLS) can take shared GPUs out of service when a program misuses it, and our collectives
   // are small: keep it off unless the user turned it on explicitly (setenv does not overwrite).
   setenv("NCCL_NVLS_ENABLE", "0", 0);
@@ -141,8 +147,8 @@ NcclCommunicatorGroup::NcclCommunicatorGroup(const std::vector<int>& devices, co
   std::vector<ncclComm_t> comms(n);
   const ncclResult_t init = ncclCommInitAll(comms.data(), n, devices.data());
   if (init != ncclSuccess)
-    throw EngineError(std::string("NCCL ncclCommInitAll over ") + std::to_string(n) + " GPUs failed: " +
-                      ncclGetErrorString(init) + " (" + ncclGetLastError(nullptr) + ")");
+    throw EngineError(std::string("NCCL ncclCommInitAll over ") + std::to_string(n) +
+                      " GPUs failed: " + ncclGetErrorString(init) + " (" + ncclGetLastError(nullptr) + ")");
   // From here each communicator is owned by its rank object; one that could not be built frees its own.
   for (int r = 0; r < n; ++r) {
     try {
@@ -171,8 +177,8 @@ Communicator& NcclCommunicatorGroup::rank(int r) { return *ranks_.at(r); }
 std::string NcclCommunicatorGroup::describe() const {
   int version = 0;
   ncclGetVersion(&version);
-  const std::string nccl = "NCCL " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
-                           "." + std::to_string(version % 100);
+  const std::string nccl = "NCCL " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+                           std::to_string(version % 100);
   return peer_ ? nccl + ", peer one-shot all-reduce for small messages" : nccl;
 }
 

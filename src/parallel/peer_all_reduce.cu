@@ -70,8 +70,7 @@ __device__ __forceinline__ void push(const Peers& peers, int rank, int size, int
                                      int64_t v, const uint4& value) {
 #pragma unroll
   for (int p = 0; p < kMaxRanks; ++p)
-    if (p < size && p != rank)
-      static_cast<uint4*>(peers.inbox[p])[half + slot_of(rank, p) * slot_vectors + v] = value;
+    if (p < size && p != rank) static_cast<uint4*>(peers.inbox[p])[half + slot_of(rank, p) * slot_vectors + v] = value;
 }
 
 // What a waiting thread needs besides the inbox: when it started, where to raise the alarm (mapped host
@@ -131,10 +130,9 @@ __device__ __forceinline__ void sum_over_ranks(const uint4& own, const uint4 (&r
 }
 
 // x (n / 8 vectors) = sum over ranks, in place; block b owns vectors [b * per_block, (b + 1) * per_block).
-__global__ void __launch_bounds__(kThreads) one_shot_all_reduce(Peers peers, uint4* own_inbox, int rank, int size, __nv_bfloat16* x,
-                                                                int64_t vectors, int64_t per_block,
-                                                                int64_t slot_vectors, uint32_t* calls,
-                                                                int* timed_out, const int* aborted) {
+__global__ void __launch_bounds__(kThreads)
+    one_shot_all_reduce(Peers peers, uint4* own_inbox, int rank, int size, __nv_bfloat16* x, int64_t vectors,
+                        int64_t per_block, int64_t slot_vectors, uint32_t* calls, int* timed_out, const int* aborted) {
   Waiter w{global_ns(), timed_out, aborted};
   const int64_t half = half_offset(next_call(calls), size, slot_vectors);
   const int64_t begin = blockIdx.x * per_block, end = min(vectors, begin + per_block);
@@ -157,10 +155,11 @@ __global__ void __launch_bounds__(kThreads) one_shot_all_reduce(Peers peers, uin
 // order, rounded to bf16) and then norm.cu's add_rms_norm steps (rms_norm_row.cuh) with its block shape, so
 // the result is bit-identical to the two unfused kernels.
 template <int kVecs>
-__global__ void __launch_bounds__(1024) one_shot_all_reduce_add_rms_norm(
-    Peers peers, uint4* own_inbox, int rank, int size, const __nv_bfloat16* x, __nv_bfloat16* residual,
-    const __nv_bfloat16* __restrict__ weight, float eps, __nv_bfloat16* out, int rows, int hidden, int row_blocks,
-    int64_t slot_vectors, uint32_t* calls, int* timed_out, const int* aborted) {
+__global__ void __launch_bounds__(1024)
+    one_shot_all_reduce_add_rms_norm(Peers peers, uint4* own_inbox, int rank, int size, const __nv_bfloat16* x,
+                                     __nv_bfloat16* residual, const __nv_bfloat16* __restrict__ weight, float eps,
+                                     __nv_bfloat16* out, int rows, int hidden, int row_blocks, int64_t slot_vectors,
+                                     uint32_t* calls, int* timed_out, const int* aborted) {
   using namespace cuda;
   __shared__ float scratch[32];
   Waiter w{global_ns(), timed_out, aborted};
@@ -282,9 +281,9 @@ void PeerAllReduce::all_reduce(int rank, Tensor& x, cudaStream_t stream) {
   const int64_t per_block = (vectors + kBlocks - 1) / kBlocks;
   const Rank& r = ranks_[rank];
   one_shot_all_reduce<<<kBlocks, kThreads, 0, stream>>>(
-      peers_, static_cast<uint4*>(r.inbox.get()), rank, static_cast<int>(ranks_.size()), static_cast<__nv_bfloat16*>(x.data), vectors, per_block,
-      static_cast<int64_t>(slot_bytes_ / 16), static_cast<uint32_t*>(r.calls.get()), r.timed_out.get(),
-      static_cast<const int*>(r.aborted.get()));
+      peers_, static_cast<uint4*>(r.inbox.get()), rank, static_cast<int>(ranks_.size()),
+      static_cast<__nv_bfloat16*>(x.data), vectors, per_block, static_cast<int64_t>(slot_bytes_ / 16),
+      static_cast<uint32_t*>(r.calls.get()), r.timed_out.get(), static_cast<const int*>(r.aborted.get()));
   check(cudaGetLastError(), "one_shot_all_reduce launch", r.device);
 }
 
@@ -305,12 +304,12 @@ void PeerAllReduce::all_reduce_add_rms_norm(int rank, const Tensor& x, Tensor& r
   const int row_blocks = threads <= 512 ? kBlocks : kBlocks / 2;
   if (cuda::rms_norm_vectors_per_thread(hidden) == 1) {
     one_shot_all_reduce_add_rms_norm<1><<<kBlocks, threads, 0, stream>>>(peers_, inbox, rank, size, xp, res, w, eps, o,
-                                                                          rows, hidden, row_blocks, slot_vectors, calls,
-                                                                          r.timed_out.get(), aborted);
+                                                                         rows, hidden, row_blocks, slot_vectors, calls,
+                                                                         r.timed_out.get(), aborted);
   } else {
     one_shot_all_reduce_add_rms_norm<2><<<kBlocks, threads, 0, stream>>>(peers_, inbox, rank, size, xp, res, w, eps, o,
-                                                                          rows, hidden, row_blocks, slot_vectors, calls,
-                                                                          r.timed_out.get(), aborted);
+                                                                         rows, hidden, row_blocks, slot_vectors, calls,
+                                                                         r.timed_out.get(), aborted);
   }
   check(cudaGetLastError(), "one_shot_all_reduce_add_rms_norm launch", r.device);
 }

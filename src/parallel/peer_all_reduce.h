@@ -77,10 +77,10 @@ class PeerAllReduce {
 
   struct Rank {
     int device = 0;
-    DeviceMemory inbox{nullptr, DeviceFree{0}};  // [2 parities][ranks - 1][slot bytes]: what the peers pushed here
-    DeviceMemory calls{nullptr, DeviceFree{0}};  // uint32 [kBlocks]: calls so far, per block of this rank's kernel
+    DeviceMemory inbox{nullptr, DeviceFree{0}};    // [2 parities][ranks - 1][slot bytes]: what the peers pushed here
+    DeviceMemory calls{nullptr, DeviceFree{0}};    // uint32 [kBlocks]: calls so far, per block of this rank's kernel
     DeviceMemory aborted{nullptr, DeviceFree{0}};  // int: set by abort(), polled by this rank's waiting kernels
-    HostFlag timed_out;                              // raised by a kernel whose wait timed out
+    HostFlag timed_out;                            // raised by a kernel whose wait timed out
     std::unique_ptr<CUstream_st, StreamDestroy> abort_stream;  // abort()'s copy, beside the blocked stream
   };
   std::vector<Rank> ranks_;

@@ -40,7 +40,8 @@ bool stands_alone(std::string_view text, size_t begin, size_t end) {
 }
 
 // The match [begin, end) widened over whitespace as lstrip / rstrip ask, not past plain_begin on the left.
-std::pair<size_t, size_t> stripped_span(const AddedToken& t, std::string_view text, size_t plain_begin, size_t begin, size_t end) {
+std::pair<size_t, size_t> stripped_span(const AddedToken& t, std::string_view text, size_t plain_begin, size_t begin,
+                                        size_t end) {
   if (t.lstrip) {
     while (begin > plain_begin && is_whitespace(char_before(text, begin))) {
       --begin;

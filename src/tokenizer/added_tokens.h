@@ -32,7 +32,7 @@ class AddedTokens {
   // The longest token that matches at byte i (single_word ones only outside words); nullptr if none.
   const AddedToken* match_at(std::string_view text, size_t i) const;
 
-  std::vector<AddedToken> tokens_;                    // longest content first
+  std::vector<AddedToken> tokens_;                   // longest content first
   std::array<std::vector<uint32_t>, 256> by_first_;  // token indexes by first byte, longest first
 };
 

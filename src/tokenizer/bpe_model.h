@@ -51,7 +51,9 @@ class BpeModel {
 
    private:
     static constexpr uint64_t kEmpty = ~0ull;
-    static uint64_t pack(int32_t l, int32_t r) { return (static_cast<uint64_t>(static_cast<uint32_t>(l)) << 32) | static_cast<uint32_t>(r); }
+    static uint64_t pack(int32_t l, int32_t r) {
+      return (static_cast<uint64_t>(static_cast<uint32_t>(l)) << 32) | static_cast<uint32_t>(r);
+    }
     static size_t hash(uint64_t k) { return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> 20); }
     std::vector<uint64_t> keys_;
     std::vector<MergeResult> values_;

@@ -6,7 +6,9 @@ namespace nanovllm {
 
 ByteLevelAlphabet::ByteLevelAlphabet() {
   char_to_byte_.fill(-1);
-  auto printable = [](int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+  auto printable = [](int b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+  };
   char32_t next_free = 0x100;
   for (int b = 0; b < 256; ++b) {
     const char32_t c = printable(b) ? static_cast<char32_t>(b) : next_free++;

@@ -26,8 +26,8 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const n
   return template_->render(vars);
 }
 
-std::string ChatTemplate::render(const nlohmann::json& messages, const nlohmann::json& tools, bool add_generation_prompt,
-                                 const nlohmann::json& extra) const {
+std::string ChatTemplate::render(const nlohmann::json& messages, const nlohmann::json& tools,
+                                 bool add_generation_prompt, const nlohmann::json& extra) const {
   return render(nlohmann::ordered_json::parse(messages.dump()), nlohmann::ordered_json::parse(tools.dump()),
                 add_generation_prompt, nlohmann::ordered_json::parse(extra.dump()));
 }

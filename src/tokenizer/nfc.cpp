@@ -24,7 +24,8 @@ class NfcTables {
       if (p->decomp_seqindex == UINT16_MAX || p->decomp_type != 0) continue;
       utf8proc_int32_t parts[8];
       int boundclass = 0;
-      const utf8proc_ssize_t n = utf8proc_decompose_char(static_cast<utf8proc_int32_t>(c), parts, 8, UTF8PROC_DECOMPOSE, &boundclass);
+      const utf8proc_ssize_t n =
+          utf8proc_decompose_char(static_cast<utf8proc_int32_t>(c), parts, 8, UTF8PROC_DECOMPOSE, &boundclass);
       if (n <= 0) continue;
       const int trailing = utf8proc_get_property(parts[n - 1])->combining_class;
       if (trailing != 0) trailing_class_[c] = static_cast<uint8_t>(trailing);

@@ -53,7 +53,8 @@ size_t whitespace_piece_end(const std::vector<uint8_t>& cls, size_t k) {
   for (size_t j = space_end; j > k; --j) {
     if ((cls[j - 1] & kNewline) != 0) return j;  // branch 5: through the last newline
   }
-  if (space_end == n || space_end - 1 == k) return space_end;  // branch 6 at the end of text, or branch 7 for a lone space before text
+  if (space_end == n || space_end - 1 == k)
+    return space_end;    // branch 6 at the end of text, or branch 7 for a lone space before text
   return space_end - 1;  // branch 6: leave the last space to prefix the next word
 }
 

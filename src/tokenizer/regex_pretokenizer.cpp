@@ -37,7 +37,8 @@ class RegexPreTokenizer final : public PreTokenizer {
   }
 
   void split(std::string_view text, std::vector<Piece>& pieces) const override {
-    std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(pcre2_match_data_create_from_pattern(code_.get(), nullptr));
+    std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(
+        pcre2_match_data_create_from_pattern(code_.get(), nullptr));
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t gap_begin = 0;
     size_t at = 0;
@@ -55,7 +56,8 @@ class RegexPreTokenizer final : public PreTokenizer {
       pieces.push_back({static_cast<uint32_t>(begin), static_cast<uint32_t>(end)});
       gap_begin = at = end;
     }
-    if (gap_begin < text.size()) pieces.push_back({static_cast<uint32_t>(gap_begin), static_cast<uint32_t>(text.size())});
+    if (gap_begin < text.size())
+      pieces.push_back({static_cast<uint32_t>(gap_begin), static_cast<uint32_t>(text.size())});
   }
 
  private:

@@ -2,7 +2,8 @@
 
 namespace nanovllm {
 
-std::optional<StopMatch> find_stop_string(std::string_view text, size_t new_text_begin, std::span<const std::string> stops) {
+std::optional<StopMatch> find_stop_string(std::string_view text, size_t new_text_begin,
+                                          std::span<const std::string> stops) {
   std::optional<StopMatch> best;
   for (size_t s = 0; s < stops.size(); ++s) {
     const std::string& stop = stops[s];

@@ -15,6 +15,7 @@ struct StopMatch {
 };
 
 // The earliest-starting stop string (first in `stops` on ties) whose occurrence ends after new_text_begin.
-std::optional<StopMatch> find_stop_string(std::string_view text, size_t new_text_begin, std::span<const std::string> stops);
+std::optional<StopMatch> find_stop_string(std::string_view text, size_t new_text_begin,
+                                          std::span<const std::string> stops);
 
 }  // namespace nanovllm

@@ -40,7 +40,8 @@ std::optional<std::string> token_field(const json& config, const char* key) {
   const auto it = config.find(key);
   if (it == config.end() || it->is_null()) return std::nullopt;
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
   return std::nullopt;
 }
 
@@ -53,7 +54,8 @@ struct Failure {
 // model: a BPE model without the options this tokenizer does not implement.
 void check_bpe_model(const json& model, const Failure& fail) {
   if (!model.is_object() || model.value("type", std::string("BPE")) != "BPE") {
-    throw fail("only BPE models are supported (model.type is " + (model.is_object() ? model.value("type", std::string("missing")) : std::string("missing")) + ")");
+    throw fail("only BPE models are supported (model.type is " +
+               (model.is_object() ? model.value("type", std::string("missing")) : std::string("missing")) + ")");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(key) && !model[key].is_null() && !model[key].get<std::string>().empty()) {
@@ -176,7 +178,8 @@ struct Tokenizer::Impl {
 
   void check_id(int32_t id) const {
     if (id < 0 || static_cast<size_t>(id) >= id_to_text.size()) {
-      throw InvalidInput("token id " + std::to_string(id) + " is out of range [0, " + std::to_string(id_to_text.size()) + ")");
+      throw InvalidInput("token id " + std::to_string(id) + " is out of range [0, " +
+                         std::to_string(id_to_text.size()) + ")");
     }
   }
 
@@ -200,7 +203,8 @@ struct Tokenizer::Impl {
   }
 
   // Vocabulary tables by id, from the model's vocabulary and the added tokens.
-  void build_id_tables(const std::unordered_map<std::string, int32_t>& vocab, const std::vector<AddedToken>& added, int32_t max_id) {
+  void build_id_tables(const std::unordered_map<std::string, int32_t>& vocab, const std::vector<AddedToken>& added,
+                       int32_t max_id) {
     const ByteLevelAlphabet alphabet;
     id_to_text.assign(static_cast<size_t>(max_id + 1), std::string());
     id_to_bytes.assign(static_cast<size_t>(max_id + 1), std::string());
@@ -266,7 +270,8 @@ struct Tokenizer::Impl {
         } else if (piece.contains("SpecialToken")) {
           const std::string name = piece["SpecialToken"].at("id").get<std::string>();
           const json& entry = p.at("special_tokens").at(name);
-          for (const json& id : entry.at("ids")) (after_sequence ? suffix_ids : prefix_ids).push_back(id.get<int32_t>());
+          for (const json& id : entry.at("ids"))
+            (after_sequence ? suffix_ids : prefix_ids).push_back(id.get<int32_t>());
         }
       }
     }

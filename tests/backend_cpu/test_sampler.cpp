@@ -304,7 +304,6 @@ TEST(CpuSampler, GumbelNoiseIsPhiloxOfSeedStepToken) {
   }
 }
 
-
 // --- sample_shard: sample()'s pick on one vocabulary shard (tensor parallelism) ---
 
 struct ShardPicks {
@@ -364,9 +363,9 @@ std::vector<Merged> sample_sharded(CpuBackend& backend, const std::vector<float>
 // z - log(-log(u)) with z = logit / T and u = min(philox_uniform(seed, step, t), 1 - 2^-24).
 float reference_key(float logit, const RowParams& p, int32_t token) {
   if (!(p.temperature > 0.0f)) return logit;
-  const float u = std::min(philox_uniform(static_cast<uint64_t>(p.seed), static_cast<uint32_t>(p.step),
-                                          static_cast<uint32_t>(token)),
-                           0x1.fffffep-1f);
+  const float u = std::min(
+      philox_uniform(static_cast<uint64_t>(p.seed), static_cast<uint32_t>(p.step), static_cast<uint32_t>(token)),
+      0x1.fffffep-1f);
   return logit / p.temperature - std::log(-std::log(u));
 }
 
@@ -403,9 +402,9 @@ std::vector<float> shard_test_logits(int64_t vocab, std::mt19937& rng) {
 }
 
 std::vector<RowParams> shard_test_rows(int32_t step) {
-  return {{0.7f, 0, 1.0f, 0.0f, 11, step},      {0.0f, 0, 1.0f, 0.0f, 12, step + 1},
-          {1.0f, 0, 1.0f, 0.0f, 13, 3 * step},  {1.3f, 0, 1.0f, 0.0f, 14, step},
-          {0.0f, 0, 1.0f, 0.0f, 15, step},      {0.3f, 0, 1.0f, 0.0f, 16 + step, 7},
+  return {{0.7f, 0, 1.0f, 0.0f, 11, step},       {0.0f, 0, 1.0f, 0.0f, 12, step + 1},
+          {1.0f, 0, 1.0f, 0.0f, 13, 3 * step},   {1.3f, 0, 1.0f, 0.0f, 14, step},
+          {0.0f, 0, 1.0f, 0.0f, 15, step},       {0.3f, 0, 1.0f, 0.0f, 16 + step, 7},
           {2.0f, 0, 1.0f, 0.0f, 1ll << 40, step}};
 }
 
@@ -450,8 +449,10 @@ TEST(CpuSampleShard, RowsWithNothingToSample) {
   std::fill(logits.begin() + 2 * vocab, logits.begin() + 3 * vocab, -3e38f);
   logits[2 * vocab + 77] = -2e38f;
   std::fill(logits.begin() + 3 * vocab, logits.end(), -3e38f);
-  std::vector<RowParams> rows = {{1.0f, 0, 1.0f, 0.0f, 1, 2}, {0.0f, 0, 1.0f, 0.0f, 1, 2},
-                                 {0.01f, 0, 1.0f, 0.0f, 1, 2}, {0.0f, 0, 1.0f, 0.0f, 1, 2}};
+  std::vector<RowParams> rows = {{1.0f, 0, 1.0f, 0.0f, 1, 2},
+                                 {0.0f, 0, 1.0f, 0.0f, 1, 2},
+                                 {0.01f, 0, 1.0f, 0.0f, 1, 2},
+                                 {0.0f, 0, 1.0f, 0.0f, 1, 2}};
   const auto want = sample(backend, logits, vocab, rows);
   EXPECT_EQ(want, (std::vector<int32_t>{0, 0, 77, 0}));
   for (int parts : {2, 3}) {

@@ -104,7 +104,8 @@ TEST(AsyncEngine, ManyThreadsSubmitReadAndAbort) {
   AsyncEngine engine(busy_config());
   const EngineStats start = engine.stats();
   std::vector<RequestOutput> alone;
-  for (int v = 0; v < kVariants; ++v) alone.push_back(engine.submit(Prompt::from_tokens(prompt(v)), params(v))->result());
+  for (int v = 0; v < kVariants; ++v)
+    alone.push_back(engine.submit(Prompt::from_tokens(prompt(v)), params(v))->result());
 
   std::atomic<int> completed{0}, aborted{0}, failed{0};
   std::atomic<bool> storm_over{false};

@@ -187,7 +187,8 @@ TEST(BlockManager, HashCollisionIsAMissAfterTokenComparison) {
   EXPECT_NE(b.block_table[0], a.block_table[0]);
   EXPECT_EQ(manager.ref_count(a.block_table[0]), 1);
 
-  Sequence c = make_seq(3, concat(std::vector<int32_t>(a_tokens.begin(), a_tokens.begin() + 16), random_tokens(rng, 9)));
+  Sequence c =
+      make_seq(3, concat(std::vector<int32_t>(a_tokens.begin(), a_tokens.begin() + 16), random_tokens(rng, 9)));
   manager.allocate(c);  // same hash and same tokens: a real hit
   EXPECT_EQ(c.num_cached_tokens, 16);
   EXPECT_EQ(c.block_table[0], a.block_table[0]);
@@ -225,7 +226,7 @@ TEST(BlockManager, RevivesAFreedCachedBlock) {
   manager.deallocate(a);
   EXPECT_EQ(manager.num_free_blocks(), 4);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(manager.is_registered(a_blocks[i]));  // freed but still cached
-  EXPECT_FALSE(manager.is_registered(a_blocks[3]));  // partial blocks never are
+  EXPECT_FALSE(manager.is_registered(a_blocks[3]));                             // partial blocks never are
 
   // The whole cache is needed again: 3 hits revived from the free list plus 1 fresh block.
   Sequence b = make_seq(2, tokens);

@@ -13,7 +13,8 @@ namespace {
 class ProgressBarTest : public ::testing::Test {
  protected:
   std::unique_ptr<ProgressBar> make(int total, ProgressBar::Style style) {
-    return std::make_unique<ProgressBar>(total, style, file_.get(), [this] { return now_; }, 5.0);
+    return std::make_unique<ProgressBar>(
+        total, style, file_.get(), [this] { return now_; }, 5.0);
   }
   std::string written() {
     std::fflush(file_.get());
@@ -34,10 +35,10 @@ class ProgressBarTest : public ::testing::Test {
 
 TEST_F(ProgressBarTest, RatesAreOverallNotTheLastStep) {
   auto bar = make(4, ProgressBar::Style::Off);
-  bar->update({0, 0, true, 1000, 0.5});   // 2000 tok/s
-  bar->update({0, 0, true, 1000, 1.5});   // overall 1000 tok/s, the last step 667
+  bar->update({0, 0, true, 1000, 0.5});  // 2000 tok/s
+  bar->update({0, 0, true, 1000, 1.5});  // overall 1000 tok/s, the last step 667
   bar->update({0, 0, false, 4, 0.01});
-  bar->update({0, 0, false, 4, 0.03});    // overall 200 tok/s, the last step 133
+  bar->update({0, 0, false, 4, 0.03});  // overall 200 tok/s, the last step 133
   EXPECT_NE(bar->status().find("prefill 1000 tok/s, decode 200 tok/s"), std::string::npos) << bar->status();
   EXPECT_EQ(written(), "");  // Off writes nothing, not even a summary
   bar->finish({});

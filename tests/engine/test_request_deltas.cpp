@@ -56,7 +56,8 @@ class RequestDeltas : public testing::Test {
   }
 
   // Runs all requests through step_deltas(); every delta, in order, per request.
-  std::map<int64_t, std::vector<RequestDelta>> run_deltas(LLMEngine& engine, const std::vector<SamplingParams>& params) {
+  std::map<int64_t, std::vector<RequestDelta>> run_deltas(LLMEngine& engine,
+                                                          const std::vector<SamplingParams>& params) {
     for (size_t i = 0; i < prompts_.size(); ++i) engine.add_request(Prompt::from_tokens(prompts_[i]), params[i]);
     std::map<int64_t, std::vector<RequestDelta>> deltas;
     while (!engine.is_finished())
@@ -204,7 +205,7 @@ TEST_F(RequestDeltas, StatsShowLoadAndPrefixCacheHits) {
   EXPECT_EQ(idle.num_free_kv_blocks, 40);
   EXPECT_EQ(idle.kv_cache_usage(), 0.0);
   SamplingParams params = greedy_and_seeded(4)[0];
-  params.prompt_logprobs.reset();  // it needs every prompt token computed: no prefix-cache hits then
+  params.prompt_logprobs.reset();                    // it needs every prompt token computed: no prefix-cache hits then
   const std::vector<int32_t>& prompt = prompts_[1];  // 50 tokens: 3 full blocks of 16
   engine.add_request(Prompt::from_tokens(prompt), params);
   engine.add_request(Prompt::from_tokens(prompt), params);

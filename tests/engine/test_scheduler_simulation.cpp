@@ -111,7 +111,7 @@ TEST_P(SchedulerSimulation, RandomRequestsAllFinishWithoutLeaks) {
   std::set<int64_t> aborted;
   const BlockManager& blocks = scheduler.block_manager();
   int steps = 0;
-  int64_t cached_tokens = 0;  // prefix-cache hits at admission
+  int64_t cached_tokens = 0;   // prefix-cache hits at admission
   std::set<int64_t> decoding;  // prefilled and sampled since their last admission, as of the last postprocess
 
   while (!scheduler.is_finished() || next_id < total_requests) {
@@ -237,24 +237,24 @@ TEST_P(SchedulerSimulation, RandomRequestsAllFinishWithoutLeaks) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TinyCaches, SchedulerSimulation,
-    ::testing::Combine(::testing::Values(SimulationCase{16, 12, 64, 6, 128, true, 0.0, 1},
-                      SimulationCase{16, 12, 64, 6, 128, false, 0.0, 2},
-                      SimulationCase{16, 30, 37, 5, 90, true, 0.0, 3},
-                      SimulationCase{16, 9, 1, 3, 150, true, 0.0, 4},  // one token per step
-                      SimulationCase{32, 8, 100, 4, 256, true, 0.0, 5},
-                      SimulationCase{64, 5, 500, 16, 512, true, 0.0, 6},
-                      SimulationCase{256, 3, 300, 8, 700, true, 0.0, 7},
-                      SimulationCase{16, 12, 48, 6, 128, true, 0.05, 8},
-                      SimulationCase{16, 20, 29, 32, 60, true, 0.05, 9},
-                      SimulationCase{16, 7, 1000, 64, 2000, true, 0.0, 10}),
-                       ::testing::Values(StepPolicy::DecodeFirst, StepPolicy::PrefillFirst)),
-    [](const ::testing::TestParamInfo<std::tuple<SimulationCase, StepPolicy>>& info) {
-      std::ostringstream name;
-      name << "case" << info.index / 2 << "_" << test::step_policy_name(std::get<1>(info.param));
-      return name.str();
-    });
+INSTANTIATE_TEST_SUITE_P(TinyCaches, SchedulerSimulation,
+                         ::testing::Combine(::testing::Values(SimulationCase{16, 12, 64, 6, 128, true, 0.0, 1},
+                                                              SimulationCase{16, 12, 64, 6, 128, false, 0.0, 2},
+                                                              SimulationCase{16, 30, 37, 5, 90, true, 0.0, 3},
+                                                              SimulationCase{16, 9, 1, 3, 150, true, 0.0,
+                                                                             4},  // one token per step
+                                                              SimulationCase{32, 8, 100, 4, 256, true, 0.0, 5},
+                                                              SimulationCase{64, 5, 500, 16, 512, true, 0.0, 6},
+                                                              SimulationCase{256, 3, 300, 8, 700, true, 0.0, 7},
+                                                              SimulationCase{16, 12, 48, 6, 128, true, 0.05, 8},
+                                                              SimulationCase{16, 20, 29, 32, 60, true, 0.05, 9},
+                                                              SimulationCase{16, 7, 1000, 64, 2000, true, 0.0, 10}),
+                                            ::testing::Values(StepPolicy::DecodeFirst, StepPolicy::PrefillFirst)),
+                         [](const ::testing::TestParamInfo<std::tuple<SimulationCase, StepPolicy>>& info) {
+                           std::ostringstream name;
+                           name << "case" << info.index / 2 << "_" << test::step_policy_name(std::get<1>(info.param));
+                           return name.str();
+                         });
 
 }  // namespace
 }  // namespace nanovllm

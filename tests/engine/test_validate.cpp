@@ -47,8 +47,14 @@ TEST(SamplingParamsValidate, DefaultsAndEdgesAreValid) {
   EXPECT_NO_THROW(sampling([](auto& p) { p.top_k = 0; }).validate());
   EXPECT_NO_THROW(sampling([](auto& p) { p.top_k = 50; }).validate());
   EXPECT_NO_THROW(sampling([](auto& p) { p.max_tokens = 1; }).validate());
-  EXPECT_NO_THROW(sampling([](auto& p) { p.min_tokens = 16; p.max_tokens = 16; }).validate());
-  EXPECT_NO_THROW(sampling([](auto& p) { p.logprobs = 0; p.prompt_logprobs = 20; }).validate());
+  EXPECT_NO_THROW(sampling([](auto& p) {
+                    p.min_tokens = 16;
+                    p.max_tokens = 16;
+                  }).validate());
+  EXPECT_NO_THROW(sampling([](auto& p) {
+                    p.logprobs = 0;
+                    p.prompt_logprobs = 20;
+                  }).validate());
   EXPECT_NO_THROW(sampling([](auto& p) { p.stop = {"\n", "END"}; }).validate());
 }
 
@@ -80,7 +86,11 @@ TEST(SamplingParamsValidate, MaxAndMinTokens) {
   expect_invalid(sampling([](auto& p) { p.max_tokens = 0; }), {"max_tokens", ">= 1", "got 0"});
   expect_invalid(sampling([](auto& p) { p.max_tokens = -3; }), {"max_tokens", "got -3"});
   expect_invalid(sampling([](auto& p) { p.min_tokens = -1; }), {"min_tokens", "got -1"});
-  expect_invalid(sampling([](auto& p) { p.max_tokens = 8; p.min_tokens = 9; }), {"min_tokens", "max_tokens (8)", "got 9"});
+  expect_invalid(sampling([](auto& p) {
+                   p.max_tokens = 8;
+                   p.min_tokens = 9;
+                 }),
+                 {"min_tokens", "max_tokens (8)", "got 9"});
 }
 
 TEST(SamplingParamsValidate, Logprobs) {
@@ -151,7 +161,8 @@ TEST(EngineConfigValidate, CpuKvcacheSpace) {
 }
 
 TEST(StepPolicyNames, RoundTripAndRefuseOthers) {
-  for (StepPolicy p : {StepPolicy::DecodeFirst, StepPolicy::PrefillFirst}) EXPECT_EQ(parse_step_policy(to_string(p)), p);
+  for (StepPolicy p : {StepPolicy::DecodeFirst, StepPolicy::PrefillFirst})
+    EXPECT_EQ(parse_step_policy(to_string(p)), p);
   EXPECT_EQ(to_string(StepPolicy::DecodeFirst), "decode-first");
   EXPECT_EQ(to_string(StepPolicy::PrefillFirst), "prefill-first");
   try {

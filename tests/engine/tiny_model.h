@@ -31,11 +31,13 @@ inline EngineConfig tiny_config(int tensor_parallel_size = 1) {
 inline std::filesystem::path tiny_model_with_tokenizer(const std::string& name) {
   namespace fs = std::filesystem;
   const char* env = std::getenv("NANOVLLM_QWEN3_TOKENIZER_DIR");
-  const fs::path tokenizer = env ? fs::path(env) : fs::path(NANOVLLM_SOURCE_DIR) / "third_party_data" / "qwen3-tokenizer";
+  const fs::path tokenizer =
+      env ? fs::path(env) : fs::path(NANOVLLM_SOURCE_DIR) / "third_party_data" / "qwen3-tokenizer";
   if (!fs::exists(tokenizer / "tokenizer_config.json")) return {};
   const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  fs::copy_file(NANOVLLM_CONFIGS_DIR "/golden_tied_gqa2.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(NANOVLLM_CONFIGS_DIR "/golden_tied_gqa2.json", dir / "config.json",
+                fs::copy_options::overwrite_existing);
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
     fs::copy_file(tokenizer / file, dir / file, fs::copy_options::overwrite_existing);
   return dir;

@@ -136,12 +136,14 @@ TEST_P(GoldenTest, MatchesTransformersPromptByPrompt) {
     EXPECT_EQ(out[0].token_ids, c.greedy) << "prompt " << i << ": greedy continuation differs";
     ASSERT_EQ(out[0].logprobs->size(), c.greedy.size());
     for (size_t t = 0; t < c.greedy.size(); ++t)
-      EXPECT_NEAR((*out[0].logprobs)[t][0].second, c.greedy_logprobs[t], kLogprobTolerance) << "prompt " << i << " token " << t;
+      EXPECT_NEAR((*out[0].logprobs)[t][0].second, c.greedy_logprobs[t], kLogprobTolerance)
+          << "prompt " << i << " token " << t;
     const auto& plp = *out[0].prompt_logprobs;
     ASSERT_EQ(plp.size(), c.prompt.size());
     EXPECT_TRUE(plp[0].empty());
     for (size_t p = 1; p < c.prompt.size(); ++p) {
-      expect_position_matches(plp[p], c.prompt_logprobs[p], "prompt " + std::to_string(i) + " position " + std::to_string(p));
+      expect_position_matches(plp[p], c.prompt_logprobs[p],
+                              "prompt " + std::to_string(i) + " position " + std::to_string(p));
       worst = std::max(worst, static_cast<double>(std::fabs(plp[p][0].second - c.prompt_logprobs[p][0].second)));
     }
   }
@@ -164,20 +166,20 @@ TEST_P(GoldenTest, BatchEqualsSingle) {
   // Everything at once; chunked prefill with few sequences a step; a cache so small that decode must
   // preempt and recompute.
   for (StepPolicy policy : kStepPolicies)
-  for (Shape s : {Shape{16, 4096, 64, -1}, Shape{16, 40, 3, -1}, Shape{32, 64, 64, -1}, Shape{16, 512, 64, 24}}) {
-    LLM llm(cpu_config(model_, s.block_size, s.max_batched_tokens, s.max_seqs, s.num_blocks, 1, policy));
-    auto outs = llm.generate(prompts, greedy_params(k_));
-    ASSERT_EQ(outs.size(), cases_.size());
-    for (size_t i = 0; i < outs.size(); ++i) {
-      const std::string where = std::string(name_of(policy)) + ", block " + std::to_string(s.block_size) +
-                                ", budget " + std::to_string(s.max_batched_tokens) + ", prompt " + std::to_string(i);
-      ASSERT_TRUE(outs[i].error.empty()) << outs[i].error;
-      EXPECT_EQ(outs[i].token_ids, cases_[i].greedy) << where;
-      const auto& plp = *outs[i].prompt_logprobs;
-      for (size_t p = 1; p < plp.size(); ++p)
-        expect_position_matches(plp[p], cases_[i].prompt_logprobs[p], where + " position " + std::to_string(p));
+    for (Shape s : {Shape{16, 4096, 64, -1}, Shape{16, 40, 3, -1}, Shape{32, 64, 64, -1}, Shape{16, 512, 64, 24}}) {
+      LLM llm(cpu_config(model_, s.block_size, s.max_batched_tokens, s.max_seqs, s.num_blocks, 1, policy));
+      auto outs = llm.generate(prompts, greedy_params(k_));
+      ASSERT_EQ(outs.size(), cases_.size());
+      for (size_t i = 0; i < outs.size(); ++i) {
+        const std::string where = std::string(name_of(policy)) + ", block " + std::to_string(s.block_size) +
+                                  ", budget " + std::to_string(s.max_batched_tokens) + ", prompt " + std::to_string(i);
+        ASSERT_TRUE(outs[i].error.empty()) << outs[i].error;
+        EXPECT_EQ(outs[i].token_ids, cases_[i].greedy) << where;
+        const auto& plp = *outs[i].prompt_logprobs;
+        for (size_t p = 1; p < plp.size(); ++p)
+          expect_position_matches(plp[p], cases_[i].prompt_logprobs[p], where + " position " + std::to_string(p));
+      }
     }
-  }
 }
 
 // Prompts arrive one at a time, every few steps, while the earlier requests decode: under decode-first each
@@ -219,8 +221,8 @@ TEST_P(GoldenTest, MixedPrefillDecodeStepsEqualSingle) {
       }
       while (!engine.is_finished()) step();
       for (size_t i = 0; i < cases_.size(); ++i) {
-        const std::string where = std::string(name_of(policy)) + (first_round ? "" : ", cached") + ", prompt " +
-                                  std::to_string(i);
+        const std::string where =
+            std::string(name_of(policy)) + (first_round ? "" : ", cached") + ", prompt " + std::to_string(i);
         ASSERT_TRUE(outs[i].error.empty()) << outs[i].error;
         EXPECT_EQ(outs[i].token_ids, cases_[i].greedy) << where;
         EXPECT_EQ(outs[i].token_ids, alone[i].token_ids) << where;
@@ -410,17 +412,16 @@ TEST_P(TensorParallelGoldenTest, SamplingOnVocabularyShardsDrawsWhatOneRankDraws
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelGoldenTest,
-                         ::testing::Values(TensorParallelCase{"golden_tied_gqa2", 2},
-                                           TensorParallelCase{"golden_untied_sharded", 2},
-                                           TensorParallelCase{"golden_untied_sharded", 4},
-                                           TensorParallelCase{"qwen2_bias", 2}),
-                         [](const auto& info) { return info.param.checkpoint + "_tp" + std::to_string(info.param.size); });
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, TensorParallelGoldenTest,
+    ::testing::Values(TensorParallelCase{"golden_tied_gqa2", 2}, TensorParallelCase{"golden_untied_sharded", 2},
+                      TensorParallelCase{"golden_untied_sharded", 4}, TensorParallelCase{"qwen2_bias", 2}),
+    [](const auto& info) { return info.param.checkpoint + "_tp" + std::to_string(info.param.size); });
 
 // Head counts the ranks cannot split are refused up front by the engine, naming the field (every rule of
 // ShardLayout is tested in tests/parallel/test_shard_layout.cpp; these checkpoints break the head rule only).
 TEST(TensorParallelGolden, UnsplittableModelsAreRefused) {
-  const fs::path tied = golden_dir() / "golden_tied_gqa2";  // 2 query heads, 1 KV head
+  const fs::path tied = golden_dir() / "golden_tied_gqa2";         // 2 query heads, 1 KV head
   const fs::path untied = golden_dir() / "golden_untied_sharded";  // 4 query heads, 2 KV heads, intermediate 160
   for (auto [model, size] : {std::pair{tied, 4}, std::pair{untied, 3}}) {
     testing::expect_invalid([&] { LLM llm(cpu_config(model, 16, 4096, 8, -1, size)); },

@@ -12,8 +12,8 @@ TEST(Quoted, EscapesControlBytesAndInvalidUtf8) {
   EXPECT_EQ(quoted_text("a\nb\t\x1b[31m"), "'a\\nb\\t\\x1b[31m'");
   EXPECT_EQ(quoted_text(std::string("\0\x7f", 2)), "'\\x00\\x7f'");
   EXPECT_EQ(quoted_text("caf\xc3\xa9 \xe4\xbd\xa0"), "'caf\xc3\xa9 \xe4\xbd\xa0'");  // valid UTF-8 kept
-  EXPECT_EQ(quoted_text("\xff\xc3("), "'\\xff\\xc3('");                             // invalid bytes escaped
-  EXPECT_EQ(quoted_text("\xed\xa0\x80"), "'\\xed\\xa0\\x80'");                     // a surrogate is not UTF-8
+  EXPECT_EQ(quoted_text("\xff\xc3("), "'\\xff\\xc3('");                              // invalid bytes escaped
+  EXPECT_EQ(quoted_text("\xed\xa0\x80"), "'\\xed\\xa0\\x80'");                       // a surrogate is not UTF-8
 }
 
 TEST(Quoted, CutsLongValuesAndSaysHowLong) {

@@ -24,7 +24,8 @@ TEST(RequestLine, IntegersThatWouldWrapAreRefused) {
                  {"field 'max_tokens'", "got 4294967299"});
   expect_invalid([] { parse_line(R"({"prompt": "x", "max_tokens": 2147483648})"); },
                  {"field 'max_tokens'", "got 2147483648"});
-  expect_invalid([] { parse_line(R"({"prompt": "x", "logprobs": 4294967297})"); }, {"field 'logprobs'", "got 4294967297"});
+  expect_invalid([] { parse_line(R"({"prompt": "x", "logprobs": 4294967297})"); },
+                 {"field 'logprobs'", "got 4294967297"});
   expect_invalid([] { parse_line(R"({"prompt_token_ids": [1, 4294967296]})"); }, {"field 'prompt_token_ids'"});
   expect_invalid([] { parse_line(R"({"prompt": "x", "stop_token_ids": [4294967298]})"); }, {"field 'stop_token_ids'"});
   EXPECT_EQ(parse_line(R"({"prompt": "x", "seed": 18446744073709551615})").params.seed, UINT64_MAX);

@@ -99,7 +99,8 @@ TEST(JinjaTests, AfterIs) {
                    " {{ 1 is lt 2 }} {{ 2 is ge 2 }} {{ 1 is le 0 }} {{ 2 is gt 1 }} {{ 1 is in([1, 2]) }}"
                    " {{ 1 is sameas 1 }} {{ 1 is eq 1.0 }} {{ 'x' is escaped }}",
                    kVariables),
-            "True True True False True True True True True True False True True True True True True True True True True True False True True True True False");
+            "True True True False True True True True True True False True True True True True True True True True "
+            "True True False True True True True False");
 }
 
 TEST(JinjaTests, ByNameInSelect) {
@@ -131,7 +132,8 @@ TEST(JinjaBuiltins, KnownButUnsupportedOnesFailWhenUsed) {
   EXPECT_NE(error_of("{{ [1] | map('frob') | list }}").find("map: unsupported filter 'frob'"), std::string::npos);
   EXPECT_NE(error_of("{{ 1 is eq }}").find("test 'eq': missing argument 'other'"), std::string::npos);
   EXPECT_NE(error_of("{{ 1.5 is odd }}").find("test 'odd' needs an integer"), std::string::npos);
-  EXPECT_EQ(render("{{ 'x'.nope is defined }} {{ d.nope is defined }} {{ nope is defined }}", kVariables), "False False False");
+  EXPECT_EQ(render("{{ 'x'.nope is defined }} {{ d.nope is defined }} {{ nope is defined }}", kVariables),
+            "False False False");
 }
 
 }  // namespace

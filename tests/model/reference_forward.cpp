@@ -15,10 +15,17 @@ std::vector<float> load(WeightSource& weights, const std::string& name, std::vec
   std::vector<float> out(static_cast<size_t>(t.view.numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     switch (t.view.dtype) {
-      case DType::F32: out[i] = static_cast<const float*>(t.view.data)[i]; break;
-      case DType::BF16: out[i] = bf16_to_float(static_cast<const uint16_t*>(t.view.data)[i]); break;
-      case DType::F16: out[i] = f16_to_float(static_cast<const uint16_t*>(t.view.data)[i]); break;
-      default: break;
+      case DType::F32:
+        out[i] = static_cast<const float*>(t.view.data)[i];
+        break;
+      case DType::BF16:
+        out[i] = bf16_to_float(static_cast<const uint16_t*>(t.view.data)[i]);
+        break;
+      case DType::F16:
+        out[i] = f16_to_float(static_cast<const uint16_t*>(t.view.data)[i]);
+        break;
+      default:
+        break;
     }
   }
   return out;
@@ -83,9 +90,12 @@ std::vector<std::vector<float>> reference_logits(const ModelConfig& c, WeightSou
       bk = load(weights, p + "self_attn.k_proj.bias", {nkv * d});
       bv = load(weights, p + "self_attn.v_proj.bias", {nkv * d});
     }
-    Matrix q = linear(h, load(weights, p + "self_attn.q_proj.weight", {nh * d, H}), nh * d, c.attention_bias ? &bq : nullptr);
-    Matrix k = linear(h, load(weights, p + "self_attn.k_proj.weight", {nkv * d, H}), nkv * d, c.attention_bias ? &bk : nullptr);
-    Matrix v = linear(h, load(weights, p + "self_attn.v_proj.weight", {nkv * d, H}), nkv * d, c.attention_bias ? &bv : nullptr);
+    Matrix q =
+        linear(h, load(weights, p + "self_attn.q_proj.weight", {nh * d, H}), nh * d, c.attention_bias ? &bq : nullptr);
+    Matrix k = linear(h, load(weights, p + "self_attn.k_proj.weight", {nkv * d, H}), nkv * d,
+                      c.attention_bias ? &bk : nullptr);
+    Matrix v = linear(h, load(weights, p + "self_attn.v_proj.weight", {nkv * d, H}), nkv * d,
+                      c.attention_bias ? &bv : nullptr);
     if (c.qk_norm) {
       const auto qn = load(weights, p + "self_attn.q_norm.weight", {d});
       const auto kn = load(weights, p + "self_attn.k_norm.weight", {d});

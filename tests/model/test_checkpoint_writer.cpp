@@ -86,7 +86,8 @@ TEST(RandomCheckpoint, ConfigIsNormalisedButKeepsUnknownFields) {
   EXPECT_EQ(written["torch_dtype"], "float32");
   EXPECT_EQ(written["my_note"], "kept");
   ASSERT_FALSE(options.config.contains("head_dim"));
-  EXPECT_EQ(written["head_dim"], options.config["hidden_size"].get<int>() / options.config["num_attention_heads"].get<int>());
+  EXPECT_EQ(written["head_dim"],
+            options.config["hidden_size"].get<int>() / options.config["num_attention_heads"].get<int>());
   const ModelConfig config = ModelConfig::from_dir(dir.path());
   EXPECT_TRUE(config.attention_bias);
   EXPECT_EQ(config.eos_token_ids, std::vector<int32_t>{2});
@@ -128,8 +129,9 @@ TEST(RandomCheckpoint, GoldenModelsGiveNonTrivialLogits) {
     }
     std::sort(argmaxes.begin(), argmaxes.end());
     const auto distinct = std::unique(argmaxes.begin(), argmaxes.end()) - argmaxes.begin();
-    std::printf("%-22s logits std %.2f nats, top-1 probability mean %.3f (min %.3f, max %.3f), %ld distinct argmaxes of %zu\n",
-                name, mean_std, mean_top, min_top, max_top, static_cast<long>(distinct), logits.size());
+    std::printf(
+        "%-22s logits std %.2f nats, top-1 probability mean %.3f (min %.3f, max %.3f), %ld distinct argmaxes of %zu\n",
+        name, mean_std, mean_top, min_top, max_top, static_cast<long>(distinct), logits.size());
     EXPECT_GT(mean_std, 1.5) << name;
     EXPECT_LT(mean_std, 6.0) << name;
     EXPECT_GT(mean_top, 5.0 / config.vocab_size) << name;

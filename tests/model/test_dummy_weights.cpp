@@ -12,9 +12,9 @@ namespace nanovllm {
 namespace {
 
 ModelConfig config_of(const char* architecture, bool tied) {
-  nlohmann::json j = {{"architectures", {architecture}}, {"vocab_size", 1001}, {"hidden_size", 96},
-                      {"intermediate_size", 200}, {"num_hidden_layers", 2}, {"num_attention_heads", 6},
-                      {"num_key_value_heads", 2}, {"head_dim", 24}, {"tie_word_embeddings", tied}};
+  nlohmann::json j = {{"architectures", {architecture}}, {"vocab_size", 1001},     {"hidden_size", 96},
+                      {"intermediate_size", 200},        {"num_hidden_layers", 2}, {"num_attention_heads", 6},
+                      {"num_key_value_heads", 2},        {"head_dim", 24},         {"tie_word_embeddings", tied}};
   return ModelConfig::from_json(j, nullptr);
 }
 

@@ -58,9 +58,16 @@ TEST(GenerationConfig, WithoutSamplingFieldsIsEmpty) {
 }
 
 TEST(GenerationConfig, WrongTypesNameFileAndField) {
-  expect_invalid([] { GenerationDefaults::from_json(json{{"temperature", "hot"}}, "m/generation_config.json"); },
-                 {"m/generation_config.json", "'temperature'", "number", "\"hot\""});
-  expect_invalid([] { GenerationDefaults::from_json(json{{"top_k", 2.5}}, "g.json"); }, {"g.json", "'top_k'", "integer"});
+  expect_invalid(
+      [] {
+        GenerationDefaults::from_json(json{{"temperature", "hot"}}, "m/generation_config.json");
+      },
+      {"m/generation_config.json", "'temperature'", "number", "\"hot\""});
+  expect_invalid(
+      [] {
+        GenerationDefaults::from_json(json{{"top_k", 2.5}}, "g.json");
+      },
+      {"g.json", "'top_k'", "integer"});
   expect_invalid([] { GenerationDefaults::from_json(json{{"max_new_tokens", 1e12}}, "g.json"); }, {"'max_new_tokens'"});
   expect_invalid([] { GenerationDefaults::from_json(json::array(), "g.json"); }, {"g.json", "object"});
 }

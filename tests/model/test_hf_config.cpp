@@ -127,10 +127,12 @@ TEST(HfConfig, EosFromGenerationConfigIntOrList) {
 }
 
 TEST(HfConfig, MissingRequiredFieldIsNamed) {
-  for (const char* field : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"}) {
+  for (const char* field :
+       {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"}) {
     json j = qwen3_json();
     j.erase(field);
-    expect_invalid([&] { ModelConfig::from_json(j, nullptr); }, {"config.json", std::string("'") + field + "'", "missing"});
+    expect_invalid([&] { ModelConfig::from_json(j, nullptr); },
+                   {"config.json", std::string("'") + field + "'", "missing"});
   }
 }
 
@@ -232,7 +234,8 @@ TEST(HfConfig, FromDirErrors) {
   j.erase("intermediate_size");
   write_file(dir / "config.json", j.dump());
   std::filesystem::remove(dir / "generation_config.json");
-  expect_invalid([&] { ModelConfig::from_dir(dir.path()); }, {(dir.path() / "config.json").string(), "'intermediate_size'"});
+  expect_invalid([&] { ModelConfig::from_dir(dir.path()); },
+                 {(dir.path() / "config.json").string(), "'intermediate_size'"});
 }
 
 // The real shapes of the Qwen3 family (configs only, no weights) parse as their model cards say.

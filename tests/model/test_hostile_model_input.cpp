@@ -26,9 +26,15 @@ using testing::write_file;
 const std::string kDeep = std::string(100000, '[') + std::string(100000, ']');
 
 json tiny_config() {
-  return json{{"architectures", {"Qwen3ForCausalLM"}}, {"vocab_size", 64}, {"hidden_size", 32},
-              {"intermediate_size", 48}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-              {"num_key_value_heads", 2}, {"head_dim", 8}, {"max_position_embeddings", 1024}};
+  return json{{"architectures", {"Qwen3ForCausalLM"}},
+              {"vocab_size", 64},
+              {"hidden_size", 32},
+              {"intermediate_size", 48},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"head_dim", 8},
+              {"max_position_embeddings", 1024}};
 }
 
 // The config text with `field` set to the raw JSON `value` (which may be nothing nlohmann could hold).
@@ -57,8 +63,9 @@ TEST(HostileConfig, NumberOverflowNamesTheFile) {
 TEST(HostileConfig, SizesOutOfRangeSayTheRange) {
   json j = tiny_config();
   j["max_position_embeddings"] = int64_t{1} << 40;
-  expect_invalid([&] { ModelConfig::from_json(j, nullptr); },
-                 {"config.json: field 'max_position_embeddings' must be an integer in [1, 1073741824], got 1099511627776"});
+  expect_invalid(
+      [&] { ModelConfig::from_json(j, nullptr); },
+      {"config.json: field 'max_position_embeddings' must be an integer in [1, 1073741824], got 1099511627776"});
   j = tiny_config();
   j["vocab_size"] = 4294967296 + 64;  // would wrap to 64
   expect_invalid([&] { ModelConfig::from_json(j, nullptr); }, {"'vocab_size'", "got 4294967360"});
@@ -83,7 +90,8 @@ TEST(HostileConfig, ProductsThatOverflowAreRefusedBeforeAnyAllocation) {
 TEST(HostileConfig, EpsMustBeFiniteAsAFloat) {
   json j = tiny_config();
   j["rms_norm_eps"] = 1e300;  // a double, but inf as the float the kernels use
-  expect_invalid([&] { ModelConfig::from_json(j, nullptr); }, {"config.json: field 'rms_norm_eps' must be a finite number"});
+  expect_invalid([&] { ModelConfig::from_json(j, nullptr); },
+                 {"config.json: field 'rms_norm_eps' must be a finite number"});
   j["rms_norm_eps"] = 1e-5;
   EXPECT_FLOAT_EQ(ModelConfig::from_json(j, nullptr).rms_norm_eps, 1e-5f);
   j["rope_theta"] = -1.0;
@@ -118,7 +126,8 @@ std::string safetensors_file(const std::string& header, const std::string& data,
   return out + h + data;
 }
 
-void expect_header_invalid(const std::string& header, const std::string& data, std::initializer_list<std::string> parts) {
+void expect_header_invalid(const std::string& header, const std::string& data,
+                           std::initializer_list<std::string> parts) {
   TempDir dir;
   write_file(dir / "w.safetensors", safetensors_file(header, data));
   expect_invalid([&] { SafetensorsFile::open(dir / "w.safetensors"); }, parts);
@@ -141,11 +150,10 @@ TEST(HostileSafetensors, OverlappingDataAndRepeatedNamesAreRefused) {
                         std::string(8, '\0'), {"w.safetensors: bad header: key 'a' appears twice"});
   // Empty tensors take no bytes and overlap nothing; adjacent ranges are fine.
   TempDir dir;
-  write_file(dir / "ok.safetensors",
-             safetensors_file(R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
-                              R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                              std::string(8, '\0')));
+  write_file(dir / "ok.safetensors", safetensors_file(R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                                                      R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                                      R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                                                      std::string(8, '\0')));
   EXPECT_EQ(SafetensorsFile::open(dir / "ok.safetensors").names().size(), 3u);
 }
 
@@ -205,10 +213,16 @@ TEST(HostileWeights, MisalignedTensorsAreHandedOutAligned) {
 
 TEST(HostileWeights, NonFiniteValuesAreRefusedAtLoadNamingTheTensor) {
   TempDir dir;
-  expect_invalid([&] { load_odd_header_tensor(dir, bf16_bytes({1.0f, std::nanf(""), 0.5f})); },
-                 {"model.safetensors: tensor 'w' holds a non-finite value (NaN or Inf) at element 1"});
-  expect_invalid([&] { load_odd_header_tensor(dir, bf16_bytes({std::numeric_limits<float>::infinity(), 0, 0})); },
-                 {"tensor 'w' holds a non-finite value", "element 0"});
+  expect_invalid(
+      [&] {
+        load_odd_header_tensor(dir, bf16_bytes({1.0f, std::nanf(""), 0.5f}));
+      },
+      {"model.safetensors: tensor 'w' holds a non-finite value (NaN or Inf) at element 1"});
+  expect_invalid(
+      [&] {
+        load_odd_header_tensor(dir, bf16_bytes({std::numeric_limits<float>::infinity(), 0, 0}));
+      },
+      {"tensor 'w' holds a non-finite value", "element 0"});
 }
 
 }  // namespace

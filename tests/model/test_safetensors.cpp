@@ -17,8 +17,8 @@ namespace nanovllm {
 namespace {
 
 using nlohmann::json;
-using testing::read_file;
 using testing::expect_invalid;
+using testing::read_file;
 using testing::TempDir;
 using testing::write_file;
 
@@ -33,9 +33,16 @@ std::string safetensors_bytes(std::string header, const std::string& data, int64
 }
 
 json small_config(bool tied, bool sharded_shape = false) {
-  json j = {{"architectures", {"Qwen3ForCausalLM"}}, {"vocab_size", sharded_shape ? 301 : 97}, {"hidden_size", 48},
-            {"intermediate_size", 80}, {"num_hidden_layers", 3}, {"num_attention_heads", 4},
-            {"num_key_value_heads", 2}, {"head_dim", 16}, {"tie_word_embeddings", tied}, {"eos_token_id", 5}};
+  json j = {{"architectures", {"Qwen3ForCausalLM"}},
+            {"vocab_size", sharded_shape ? 301 : 97},
+            {"hidden_size", 48},
+            {"intermediate_size", 80},
+            {"num_hidden_layers", 3},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"head_dim", 16},
+            {"tie_word_embeddings", tied},
+            {"eos_token_id", 5}};
   return j;
 }
 
@@ -113,12 +120,14 @@ TEST(Safetensors, RejectsBadHeaderLength) {
 TEST(Safetensors, RejectsMalformedHeaderJson) {
   TempDir dir;
   write_file(dir / "m.safetensors", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],)", "abcd"));
-  expect_invalid([&] { SafetensorsFile::open(dir / "m.safetensors"); }, {"m.safetensors", "bad header", "malformed JSON"});
+  expect_invalid([&] { SafetensorsFile::open(dir / "m.safetensors"); },
+                 {"m.safetensors", "bad header", "malformed JSON"});
   write_file(dir / "n.safetensors", safetensors_bytes(R"([1, 2])", ""));
   expect_invalid([&] { SafetensorsFile::open(dir / "n.safetensors"); }, {"bad header"});
   write_file(dir / "o.safetensors", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1]}})", "abcd"));
   expect_invalid([&] { SafetensorsFile::open(dir / "o.safetensors"); }, {"tensor 'a'", "malformed entry"});
-  write_file(dir / "p.safetensors", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "abcd"));
+  write_file(dir / "p.safetensors",
+             safetensors_bytes(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "abcd"));
   expect_invalid([&] { SafetensorsFile::open(dir / "p.safetensors"); }, {"tensor 'a'", "malformed shape"});
 }
 
@@ -126,14 +135,16 @@ TEST(Safetensors, RejectsUnsupportedDtype) {
   TempDir dir;
   write_file(dir / "i.safetensors",
              safetensors_bytes(R"({"ids":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", std::string(16, '\1')));
-  expect_invalid([&] { SafetensorsFile::open(dir / "i.safetensors"); }, {"i.safetensors", "tensor 'ids'", "'I64'", "not supported"});
+  expect_invalid([&] { SafetensorsFile::open(dir / "i.safetensors"); },
+                 {"i.safetensors", "tensor 'ids'", "'I64'", "not supported"});
 }
 
 TEST(Safetensors, RejectsOffsetsInconsistentWithShape) {
   TempDir dir;
   write_file(dir / "s.safetensors",
              safetensors_bytes(R"({"w":{"dtype":"BF16","shape":[3,3],"data_offsets":[0,16]}})", std::string(16, '\1')));
-  expect_invalid([&] { SafetensorsFile::open(dir / "s.safetensors"); }, {"tensor 'w'", "[3, 3]", "18 bytes", "span 16 bytes"});
+  expect_invalid([&] { SafetensorsFile::open(dir / "s.safetensors"); },
+                 {"tensor 'w'", "[3, 3]", "18 bytes", "span 16 bytes"});
   write_file(dir / "r.safetensors",
              safetensors_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", std::string(16, '\1')));
   expect_invalid([&] { SafetensorsFile::open(dir / "r.safetensors"); }, {"tensor 'w'", "malformed data_offsets"});
@@ -148,9 +159,10 @@ TEST(Safetensors, RejectsTruncatedFile) {
   const auto path = dir / "model.safetensors";
   const auto full_size = std::filesystem::file_size(path);
   std::filesystem::resize_file(path, full_size - 5);
-  expect_invalid([&] { SafetensorsFile::open(path); },
-                 {"model.safetensors: tensor '", "lies past the end of the file (size " + std::to_string(full_size - 5) + ")",
-                  "the file is truncated"});
+  expect_invalid(
+      [&] { SafetensorsFile::open(path); },
+      {"model.safetensors: tensor '", "lies past the end of the file (size " + std::to_string(full_size - 5) + ")",
+       "the file is truncated"});
   expect_invalid([&] { CheckpointReader::open(dir.path()); }, {"the file is truncated"});
 }
 
@@ -170,8 +182,11 @@ TEST(CheckpointReader, MissingTensorAndWrongShape) {
   const HostTensor up = weights.get("model.layers.2.mlp.up_proj.weight", {80, 48});
   EXPECT_EQ(up.view.numel(), 80 * 48);
   EXPECT_EQ(up.owned, nullptr);
-  expect_invalid([&] { weights.get("model.layers.2.mlp.up_proj.weight", {48, 80}); },
-                 {"model.safetensors: tensor 'model.layers.2.mlp.up_proj.weight' has shape [80, 48], expected [48, 80]"});
+  expect_invalid(
+      [&] {
+        weights.get("model.layers.2.mlp.up_proj.weight", {48, 80});
+      },
+      {"model.safetensors: tensor 'model.layers.2.mlp.up_proj.weight' has shape [80, 48], expected [48, 80]"});
   expect_invalid([&] { weights.get("lm_head.weight", {97, 48}); }, {"checkpoint has no tensor 'lm_head.weight'"});
 }
 
@@ -188,7 +203,8 @@ TEST(CheckpointReader, ShardedIndex) {
   const auto layout = parameter_layout(config);
   EXPECT_EQ(index["weight_map"].size(), layout.size());
   size_t total = 0;
-  for (const auto& spec : layout) total += 2 * static_cast<size_t>(spec.shape[0] * (spec.shape.size() > 1 ? spec.shape[1] : 1));
+  for (const auto& spec : layout)
+    total += 2 * static_cast<size_t>(spec.shape[0] * (spec.shape.size() > 1 ? spec.shape[1] : 1));
   EXPECT_EQ(index["metadata"]["total_size"].get<size_t>(), total);
 
   const CheckpointReader reader = CheckpointReader::open(dir.path());
@@ -211,7 +227,8 @@ TEST(CheckpointReader, IndexNamingATensorItsShardLacks) {
   json index = read_json_file(dir / "model.safetensors.index.json");
   index["weight_map"]["model.extra.weight"] = "model-00001-of-00002.safetensors";
   write_file(dir / "model.safetensors.index.json", index.dump());
-  expect_invalid([&] { CheckpointReader::open(dir.path()); }, {"'model.extra.weight'", "that shard has no such tensor"});
+  expect_invalid([&] { CheckpointReader::open(dir.path()); },
+                 {"'model.extra.weight'", "that shard has no such tensor"});
 }
 
 TEST(CheckpointReader, FallsBackToEverySafetensorsFile) {
@@ -234,8 +251,10 @@ TEST(CheckpointReader, FallsBackToEverySafetensorsFile) {
 TEST(CheckpointReader, NoWeightsOrNoFolder) {
   TempDir dir;
   write_file(dir / "config.json", "{}");
-  expect_invalid([&] { CheckpointReader::open(dir.path()); }, {"no .safetensors weights in '" + dir.path().string() + "'"});
-  expect_invalid([] { CheckpointReader::open("/nonexistent/weights"); }, {"model folder '/nonexistent/weights' does not exist"});
+  expect_invalid([&] { CheckpointReader::open(dir.path()); },
+                 {"no .safetensors weights in '" + dir.path().string() + "'"});
+  expect_invalid([] { CheckpointReader::open("/nonexistent/weights"); },
+                 {"model folder '/nonexistent/weights' does not exist"});
 }
 
 TEST(SafetensorsWriter, HeaderIsAlignedAndSized) {

@@ -2,8 +2,8 @@
 // at its rows and columns, whether the source maps stored tensors (the generic path) or generates them.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <array>
+#include <cstring>
 #include <random>
 
 #include "common/error.h"
@@ -22,8 +22,10 @@ class InMemoryWeights : public WeightSource {
     for (auto& v : vector_) v = u(rng);
   }
   HostTensor get(const std::string& name, const std::vector<int64_t>& shape) override {
-    if (name == "m" && shape == std::vector<int64_t>{5, 7}) return {HostTensorView{matrix_.data(), DType::F32, shape}, nullptr};
-    if (name == "v" && shape == std::vector<int64_t>{9}) return {HostTensorView{vector_.data(), DType::F32, shape}, nullptr};
+    if (name == "m" && shape == std::vector<int64_t>{5, 7})
+      return {HostTensorView{matrix_.data(), DType::F32, shape}, nullptr};
+    if (name == "v" && shape == std::vector<int64_t>{9})
+      return {HostTensorView{vector_.data(), DType::F32, shape}, nullptr};
     throw InvalidInput("no tensor '" + name + "'");
   }
   bool contains(const std::string& name) const override { return name == "m" || name == "v"; }
@@ -32,7 +34,8 @@ class InMemoryWeights : public WeightSource {
 
 TEST(WeightBlocks, GenericBlocksAreTheWholeTensorsElements) {
   InMemoryWeights w;
-  for (auto [r0, r1, c0, c1] : {std::array<int64_t, 4>{0, 5, 0, 7}, {1, 4, 0, 7}, {0, 5, 3, 7}, {2, 3, 1, 2}, {4, 5, 0, 3}}) {
+  for (auto [r0, r1, c0, c1] :
+       {std::array<int64_t, 4>{0, 5, 0, 7}, {1, 4, 0, 7}, {0, 5, 3, 7}, {2, 3, 1, 2}, {4, 5, 0, 3}}) {
     HostTensor b = w.get_block("m", {5, 7}, {r0, r1}, {c0, c1});
     ASSERT_EQ(b.view.shape, (std::vector<int64_t>{r1 - r0, c1 - c0}));
     const float* got = static_cast<const float*>(b.view.data);
@@ -50,9 +53,14 @@ TEST(WeightBlocks, GenericBlocksAreTheWholeTensorsElements) {
 }
 
 TEST(WeightBlocks, DummyBlocksAreGeneratedAsTheWholeTensorsElements) {
-  nlohmann::json j = {{"architectures", {"Qwen2ForCausalLM"}}, {"vocab_size", 701}, {"hidden_size", 96},
-                      {"intermediate_size", 160}, {"num_hidden_layers", 1}, {"num_attention_heads", 4},
-                      {"num_key_value_heads", 2}, {"tie_word_embeddings", false}};
+  nlohmann::json j = {{"architectures", {"Qwen2ForCausalLM"}},
+                      {"vocab_size", 701},
+                      {"hidden_size", 96},
+                      {"intermediate_size", 160},
+                      {"num_hidden_layers", 1},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},
+                      {"tie_word_embeddings", false}};
   const ModelConfig config = ModelConfig::from_json(j, nullptr);
   DummyWeights w(config, 99);
   struct Case {
@@ -71,7 +79,8 @@ TEST(WeightBlocks, DummyBlocksAreGeneratedAsTheWholeTensorsElements) {
     ASSERT_EQ(block.view.numel(), c.rows.size() * width) << c.name;
     for (int64_t r = c.rows.begin; r < c.rows.end; ++r)
       for (int64_t k = c.cols.begin; k < c.cols.end; ++k)
-        ASSERT_EQ(got[(r - c.rows.begin) * width + (k - c.cols.begin)], all[r * cols + k]) << c.name << " " << r << "," << k;
+        ASSERT_EQ(got[(r - c.rows.begin) * width + (k - c.cols.begin)], all[r * cols + k])
+            << c.name << " " << r << "," << k;
   }
 }
 

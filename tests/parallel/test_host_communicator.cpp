@@ -28,7 +28,8 @@ TEST(HostCommunicator, AllReduceGatherAndMinAgreeOnEveryRank) {
     std::mt19937 rng(size);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     // data[round][rank]; reduced in place, so `expected` is taken first.
-    std::vector<std::vector<std::vector<float>>> data(kRounds, std::vector<std::vector<float>>(size, std::vector<float>(n)));
+    std::vector<std::vector<std::vector<float>>> data(kRounds,
+                                                      std::vector<std::vector<float>>(size, std::vector<float>(n)));
     std::vector<std::vector<float>> expected(kRounds, std::vector<float>(n, 0.0f));
     for (int k = 0; k < kRounds; ++k)
       for (int r = 0; r < size; ++r)

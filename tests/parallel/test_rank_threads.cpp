@@ -18,10 +18,12 @@ TEST(RankThreads, RunsEveryRankOnItsOwnThreadManyTimes) {
   std::vector<std::thread::id> ids(4);
   std::atomic<int> calls{0};
   for (int step = 0; step < 500; ++step) {
-    threads.run([&](int r) {
-      ids[r] = std::this_thread::get_id();
-      calls.fetch_add(1);
-    }, [](const std::string&) { FAIL() << "no rank fails"; });
+    threads.run(
+        [&](int r) {
+          ids[r] = std::this_thread::get_id();
+          calls.fetch_add(1);
+        },
+        [](const std::string&) { FAIL() << "no rank fails"; });
   }
   EXPECT_EQ(calls.load(), 2000);
   EXPECT_EQ(ids[0], std::this_thread::get_id());
@@ -35,12 +37,14 @@ TEST(RankThreads, AFailingRankReleasesTheOthersAndIsReported) {
   HostCommunicatorGroup group(4);
   const auto start = std::chrono::steady_clock::now();
   try {
-    threads.run([&](int r) {
-      if (r == 2) throw InvalidInput("model.safetensors: tensor 'x' is truncated");
-      std::vector<float> x(16, 1.0f);
-      Tensor t(x.data(), DType::F32, {16});
-      group.rank(r).all_reduce_sum(t);
-    }, [&](const std::string& why) { group.abort(why); });
+    threads.run(
+        [&](int r) {
+          if (r == 2) throw InvalidInput("model.safetensors: tensor 'x' is truncated");
+          std::vector<float> x(16, 1.0f);
+          Tensor t(x.data(), DType::F32, {16});
+          group.rank(r).all_reduce_sum(t);
+        },
+        [&](const std::string& why) { group.abort(why); });
     FAIL() << "the failure was not reported";
   } catch (const InvalidInput& e) {
     EXPECT_STREQ(e.what(), "tensor-parallel rank 2: model.safetensors: tensor 'x' is truncated");
@@ -48,10 +52,18 @@ TEST(RankThreads, AFailingRankReleasesTheOthersAndIsReported) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 
   // Engine errors stay engine errors; the threads are still usable for the next task.
-  EXPECT_THROW(threads.run([](int r) { if (r == 3) throw std::runtime_error("boom"); }, [](const std::string&) {}),
+  EXPECT_THROW(threads.run(
+                   [](int r) {
+                     if (r == 3) throw std::runtime_error("boom");
+                   },
+                   [](const std::string&) {}),
                EngineError);
   int ran = 0;
-  threads.run([&](int r) { if (r == 0) ran = 1; }, [](const std::string&) {});
+  threads.run(
+      [&](int r) {
+        if (r == 0) ran = 1;
+      },
+      [](const std::string&) {});
   EXPECT_EQ(ran, 1);
 }
 

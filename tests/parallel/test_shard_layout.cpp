@@ -9,9 +9,9 @@ namespace nanovllm {
 namespace {
 
 ModelConfig config(int heads, int kv_heads, int intermediate, int vocab) {
-  nlohmann::json j = {{"architectures", {"Qwen3ForCausalLM"}}, {"vocab_size", vocab}, {"hidden_size", 128},
-                      {"intermediate_size", intermediate}, {"num_hidden_layers", 1}, {"num_attention_heads", heads},
-                      {"num_key_value_heads", kv_heads}, {"head_dim", 64}};
+  nlohmann::json j = {{"architectures", {"Qwen3ForCausalLM"}}, {"vocab_size", vocab},    {"hidden_size", 128},
+                      {"intermediate_size", intermediate},     {"num_hidden_layers", 1}, {"num_attention_heads", heads},
+                      {"num_key_value_heads", kv_heads},       {"head_dim", 64}};
   return ModelConfig::from_json(j, nullptr);
 }
 
@@ -62,9 +62,12 @@ TEST(ShardLayout, RefusesWhatDoesNotDivide) {
     }
     return std::string("accepted");
   };
-  EXPECT_EQ(message(config(6, 2, 256, 100), 4), "tensor_parallel_size 4 does not divide the model's num_attention_heads (6)");
-  EXPECT_EQ(message(config(8, 8, 100, 100), 8), "tensor_parallel_size 8 does not divide the model's intermediate_size (100)");
-  EXPECT_EQ(message(config(12, 6, 120, 100), 4), "tensor_parallel_size 4 does not divide the model's num_key_value_heads (6)");
+  EXPECT_EQ(message(config(6, 2, 256, 100), 4),
+            "tensor_parallel_size 4 does not divide the model's num_attention_heads (6)");
+  EXPECT_EQ(message(config(8, 8, 100, 100), 8),
+            "tensor_parallel_size 8 does not divide the model's intermediate_size (100)");
+  EXPECT_EQ(message(config(12, 6, 120, 100), 4),
+            "tensor_parallel_size 4 does not divide the model's num_key_value_heads (6)");
   EXPECT_EQ(message(config(12, 3, 120, 100), 4),
             "tensor_parallel_size 4 is not a multiple of the model's num_key_value_heads (3), so KV heads cannot be "
             "replicated evenly");

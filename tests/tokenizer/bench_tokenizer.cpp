@@ -9,7 +9,8 @@
 
 int main(int argc, char** argv) {
   using namespace nanovllm;
-  const auto dir = argc > 1 ? std::filesystem::path(argv[1]) : test::qwen3_dir().value_or("third_party_data/qwen3-tokenizer");
+  const auto dir =
+      argc > 1 ? std::filesystem::path(argv[1]) : test::qwen3_dir().value_or("third_party_data/qwen3-tokenizer");
   const double seconds = argc > 3 ? std::stod(argv[3]) : 5.0;
   try {
     const Tokenizer tokenizer = Tokenizer::from_model_dir(dir);
@@ -32,7 +33,8 @@ int main(int argc, char** argv) {
       elapsed = std::chrono::duration<double>(clock::now() - start).count();
     } while (elapsed < seconds);
     std::printf("nanovllm tokenizer encode, 1 thread: %.2f MB/s on %.3f MB (%zu documents, %zu tokens)\n",
-                static_cast<double>(bytes * rounds) / elapsed / 1e6, static_cast<double>(bytes) / 1e6, docs.size(), tokens);
+                static_cast<double>(bytes * rounds) / elapsed / 1e6, static_cast<double>(bytes) / 1e6, docs.size(),
+                tokens);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

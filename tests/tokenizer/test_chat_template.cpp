@@ -11,7 +11,8 @@ using ojson = nlohmann::ordered_json;
 
 TEST(ChatTemplateParity, Qwen3ConversationsMatchEveryFixture) {
   REQUIRE_QWEN3();
-  const auto conversations = ojson::parse(test::read_file(test::source_dir() / "tools" / "tokenizer_corpus" / "chat_conversations.json"));
+  const auto conversations =
+      ojson::parse(test::read_file(test::source_dir() / "tools" / "tokenizer_corpus" / "chat_conversations.json"));
   ASSERT_GE(conversations.size(), 10u);
   const ChatTemplate chat(*test::qwen3().chat_template());
   int files = 0;
@@ -27,7 +28,8 @@ TEST(ChatTemplateParity, Qwen3ConversationsMatchEveryFixture) {
       extra["eos_token"] = "<|im_end|>";
       extra["pad_token"] = "<|endoftext|>";
       if (c.contains("enable_thinking")) extra["enable_thinking"] = c["enable_thinking"];
-      const std::string got = chat.render(c["messages"], c.contains("tools") ? c["tools"] : ojson(), c.value("add_generation_prompt", false), extra);
+      const std::string got = chat.render(c["messages"], c.contains("tools") ? c["tools"] : ojson(),
+                                          c.value("add_generation_prompt", false), extra);
       EXPECT_EQ(got, fixture[i].at("text").get<std::string>()) << path << ": " << c["name"];
     }
   }
@@ -39,7 +41,8 @@ TEST(ChatTemplateParity, Qwen3RendersWithoutFixtures) {
   const ChatTemplate chat(*test::qwen3().chat_template());
   const ojson messages = ojson::parse(R"([{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}])");
   EXPECT_EQ(chat.render(messages, ojson(), true, ojson{{"enable_thinking", false}}),
-            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</"
+            "think>\n\n");
   EXPECT_EQ(chat.render(messages, ojson(), true, ojson::object()),
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }

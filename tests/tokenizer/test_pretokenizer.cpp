@@ -38,9 +38,10 @@ TEST(Qwen2PreTokenizer, AgreesWithPcre2OnRandomText) {
   const auto qwen = make_qwen2_pretokenizer();
   const auto pcre = make_regex_pretokenizer(std::string(kQwen2SplitPattern));
   const std::vector<char32_t> pool = {
-      'a', 'Z', 's', 'S', 't', 'r', 'e', 'v', 'l', 'm', 'd', 'D', 0x17F, '\'', ' ', ' ', '\t', '\n', '\r', '0', '7',
-      '.', ',', '!', '-', '(', 0xA0, 0x3000, 0x2028, 0x00E9, 0x0301, 0x4E2D, 0x0928, 0x093F, 0x0E01, 0x0E31, 0x05D0,
-      0x0627, 0x0661, 0x00BD, 0x2167, 0x1F600, 0x1F3FD, 0x200D, 0xFE0F, 0xFF21, 0xFF11, 0x00B2, 0x2003, 0x000B, 0x000C};
+      'a',    'Z',    's',     'S',     't',    'r',    'e',    'v',    'l',    'm',    'd',    'D',    0x17F,
+      '\'',   ' ',    ' ',     '\t',    '\n',   '\r',   '0',    '7',    '.',    ',',    '!',    '-',    '(',
+      0xA0,   0x3000, 0x2028,  0x00E9,  0x0301, 0x4E2D, 0x0928, 0x093F, 0x0E01, 0x0E31, 0x05D0, 0x0627, 0x0661,
+      0x00BD, 0x2167, 0x1F600, 0x1F3FD, 0x200D, 0xFE0F, 0xFF21, 0xFF11, 0x00B2, 0x2003, 0x000B, 0x000C};
   std::mt19937 rng(1234);
   for (int iter = 0; iter < 30000; ++iter) {
     std::string text;

@@ -17,8 +17,9 @@ using test::qwen3;
 
 std::string nfc(const std::string& s) {
   utf8proc_uint8_t* out = nullptr;
-  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
-                              static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const auto n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   std::string r(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
   std::free(out);
   return r;
@@ -90,7 +91,8 @@ TEST(Qwen3Parity, ScanAndHeapMergesAgreeOnLongWords) {
   for (const auto& m : root["model"]["merges"]) merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
   const BpeModel model(vocab, merges, false, "tokenizer.json");
   std::mt19937 rng(99);
-  const std::vector<std::string> pieces = {"a", "b", "in", "the", "ing", " ", "\xC3\xA9", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "0", "ss", "tion"};
+  const std::vector<std::string> pieces = {
+      "a", "b", "in", "the", "ing", " ", "\xC3\xA9", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "0", "ss", "tion"};
   for (int iter = 0; iter < 300; ++iter) {
     std::string word;
     const int n = 1 + static_cast<int>(rng() % 80);

@@ -46,7 +46,9 @@ TEST(StreamingDetokenizer, EqualsFullDecodeOnRandomIds) {
     const int n = 1 + static_cast<int>(rng() % 30);
     for (int i = 0; i < n; ++i) {
       const uint32_t kind = rng() % 4;
-      ids.push_back(kind == 0 ? static_cast<int32_t>(rng() % 256) : kind == 1 ? 151643 + static_cast<int32_t>(rng() % 26) : static_cast<int32_t>(rng() % vocab));
+      ids.push_back(kind == 0   ? static_cast<int32_t>(rng() % 256)
+                    : kind == 1 ? 151643 + static_cast<int32_t>(rng() % 26)
+                                : static_cast<int32_t>(rng() % vocab));
     }
     check_stream(ids, iter % 2 == 0);
   }

@@ -18,26 +18,32 @@ json tiny_tokenizer_json() {
   json vocab = json::object();
   for (int b = 0; b < 256; ++b) vocab[alphabet.text_of(static_cast<uint8_t>(b))] = b;
   const std::vector<std::pair<std::string, std::string>> merges = {
-      {"l", "l"}, {"h", "e"}, {"he", "ll"}, {"hell", "o"}, {"\xC4\xA0", "w"}, {"\xC4\xA0w", "o"}, {"r", "ld"}, {"l", "d"}, {"\xC4\xA0wo", "rld"}};
+      {"l", "l"},         {"h", "e"},  {"he", "ll"}, {"hell", "o"},        {"\xC4\xA0", "w"},
+      {"\xC4\xA0w", "o"}, {"r", "ld"}, {"l", "d"},   {"\xC4\xA0wo", "rld"}};
   int next_id = 256;
   json merge_list = json::array();
   for (const auto& [a, b] : merges) {
     if (!vocab.contains(a + b)) vocab[a + b] = next_id++;
     merge_list.push_back(a + " " + b);  // the older "a b" string form
   }
-  return json{{"version", "1.0"},
-              {"added_tokens",
-               json::array({json{{"id", 300}, {"content", "<|end|>"}, {"special", true}},
-                            json{{"id", 301}, {"content", "<pad>"}, {"special", true}, {"lstrip", true}, {"rstrip", true}},
-                            json{{"id", 302}, {"content", "<think>"}, {"special", false}}})},
-              {"normalizer", json{{"type", "NFC"}}},
-              {"pre_tokenizer",
-               json{{"type", "Sequence"},
-                    {"pretokenizers", json::array({json{{"type", "Split"}, {"pattern", {{"Regex", R"( ?\p{L}+| ?\p{N}+|\s+|[^\s\p{L}\p{N}]+)"}}}, {"behavior", "Isolated"}, {"invert", false}},
-                                                   json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
-              {"post_processor", nullptr},
-              {"decoder", json{{"type", "ByteLevel"}}},
-              {"model", json{{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}}}};
+  return json{
+      {"version", "1.0"},
+      {"added_tokens",
+       json::array({json{{"id", 300}, {"content", "<|end|>"}, {"special", true}},
+                    json{{"id", 301}, {"content", "<pad>"}, {"special", true}, {"lstrip", true}, {"rstrip", true}},
+                    json{{"id", 302}, {"content", "<think>"}, {"special", false}}})},
+      {"normalizer", json{{"type", "NFC"}}},
+      {"pre_tokenizer",
+       json{{"type", "Sequence"},
+            {"pretokenizers",
+             json::array({json{{"type", "Split"},
+                               {"pattern", {{"Regex", R"( ?\p{L}+| ?\p{N}+|\s+|[^\s\p{L}\p{N}]+)"}}},
+                               {"behavior", "Isolated"},
+                               {"invert", false}},
+                          json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+      {"post_processor", nullptr},
+      {"decoder", json{{"type", "ByteLevel"}}},
+      {"model", json{{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}}}};
 }
 
 Tokenizer tiny(const json& j = tiny_tokenizer_json()) { return Tokenizer::from_json(j.dump(), "", "tiny.json"); }
@@ -69,10 +75,11 @@ TEST(TinyTokenizer, AddedTokensMatchBeforeSplittingAndStripWhereAsked) {
 
 TEST(TinyTokenizer, TemplateProcessingAddsBos) {
   json j = tiny_tokenizer_json();
-  j["post_processor"] = json{{"type", "TemplateProcessing"},
-                             {"single", json::array({json{{"SpecialToken", {{"id", "<|end|>"}, {"type_id", 0}}}},
-                                                     json{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-                             {"special_tokens", {{"<|end|>", {{"id", "<|end|>"}, {"ids", {300}}, {"tokens", {"<|end|>"}}}}}}};
+  j["post_processor"] =
+      json{{"type", "TemplateProcessing"},
+           {"single", json::array({json{{"SpecialToken", {{"id", "<|end|>"}, {"type_id", 0}}}},
+                                   json{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+           {"special_tokens", {{"<|end|>", {{"id", "<|end|>"}, {"ids", {300}}, {"tokens", {"<|end|>"}}}}}}};
   const Tokenizer t = tiny(j);
   EXPECT_EQ(t.encode("x"), (std::vector<int32_t>{300, 'x'}));
 }
@@ -80,7 +87,9 @@ TEST(TinyTokenizer, TemplateProcessingAddsBos) {
 TEST(TinyTokenizer, InvalidUtf8IsRejectedWithItsOffset) {
   const Tokenizer t = tiny();
   try {
-    t.encode("abc\xFF" "def");
+    t.encode(
+        "abc\xFF"
+        "def");
     FAIL() << "expected InvalidInput";
   } catch (const InvalidInput& e) {
     EXPECT_NE(std::string(e.what()).find("offset 3"), std::string::npos) << e.what();
@@ -94,7 +103,9 @@ TEST(TinyTokenizer, DecodeRejectsOutOfRangeIdsAndRepairsBytes) {
   EXPECT_THROW(t.decode(std::vector<int32_t>{303}, false), InvalidInput);
   EXPECT_THROW(t.decode(std::vector<int32_t>{-1}, false), InvalidInput);
   // Byte tokens that do not form UTF-8 decode to U+FFFD, as HF.
-  EXPECT_EQ(t.decode(std::vector<int32_t>{0xE2, 0x82, 'a'}, false), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(t.decode(std::vector<int32_t>{0xE2, 0x82, 'a'}, false),
+            "\xEF\xBF\xBD"
+            "a");
   EXPECT_EQ(t.decode(std::vector<int32_t>{0xE2, 0x82, 0xAC}, false), "\xE2\x82\xAC");
 }
 
@@ -130,7 +141,8 @@ TEST(TinyTokenizer, MalformedFilesNameTheFileAndTheProblem) {
 }
 
 TEST(TinyTokenizer, ConfigGivesChatTemplateAndSpecialTokens) {
-  const json config{{"chat_template", "{{ messages[0].content }}"}, {"eos_token", {{"content", "<|end|>"}}}, {"bos_token", nullptr}};
+  const json config{
+      {"chat_template", "{{ messages[0].content }}"}, {"eos_token", {{"content", "<|end|>"}}}, {"bos_token", nullptr}};
   const Tokenizer t = Tokenizer::from_json(tiny_tokenizer_json().dump(), config.dump());
   ASSERT_TRUE(t.chat_template().has_value());
   EXPECT_EQ(*t.chat_template(), "{{ messages[0].content }}");

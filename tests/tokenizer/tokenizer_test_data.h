@@ -44,7 +44,8 @@ inline std::vector<std::pair<std::string, std::string>> corpus_documents(
   std::vector<std::pair<std::string, std::string>> docs;
   for (const auto& f : files) docs.emplace_back(f.filename().string(), read_file(f));
   const auto snippets = nlohmann::json::parse(read_file(dir / "snippets.json"));
-  for (size_t i = 0; i < snippets.size(); ++i) docs.emplace_back("snippets.json[" + std::to_string(i) + "]", snippets[i].get<std::string>());
+  for (size_t i = 0; i < snippets.size(); ++i)
+    docs.emplace_back("snippets.json[" + std::to_string(i) + "]", snippets[i].get<std::string>());
   return docs;
 }
 
@@ -62,7 +63,7 @@ inline const Tokenizer& qwen3() {
 
 }  // namespace nanovllm::test
 
-#define REQUIRE_QWEN3()                                                                      \
-  do {                                                                                       \
+#define REQUIRE_QWEN3()                                                                       \
+  do {                                                                                        \
     if (!nanovllm::test::qwen3_dir()) GTEST_SKIP() << "run scripts/fetch_tokenizer.sh first"; \
   } while (0)

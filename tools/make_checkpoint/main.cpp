@@ -11,14 +11,16 @@
 #include "model/hf_config.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a random-weight Qwen2/Qwen3 checkpoint folder (config.json, generation_config.json, safetensors)"};
+  CLI::App app{
+      "Write a random-weight Qwen2/Qwen3 checkpoint folder (config.json, generation_config.json, safetensors)"};
   std::string config_path, out_dir, dtype = "bfloat16", tokenizer_dir;
   uint64_t seed = 0;
   int shards = 1;
   app.add_option("--config", config_path, "config.json to build the model from")->required()->check(CLI::ExistingFile);
   app.add_option("--out", out_dir, "output folder (created; weights already there are replaced)")->required();
   app.add_option("--seed", seed, "seed of the random weights")->required();
-  app.add_option("--shards", shards, "number of safetensors shards (1 = model.safetensors)")->check(CLI::PositiveNumber);
+  app.add_option("--shards", shards, "number of safetensors shards (1 = model.safetensors)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--dtype", dtype, "dtype on disk")->check(CLI::IsMember({"float32", "bfloat16"}));
   app.add_option("--tokenizer-dir", tokenizer_dir, "folder whose tokenizer.json / tokenizer_config.json are copied")
       ->check(CLI::ExistingDirectory);

@@ -42,8 +42,8 @@ class CpuBackend final : public Backend {
   void concat_column_chunks(const Tensor& parts, Tensor& out) override;
   void set_logits(Tensor& logits, const Tensor& rows, const Tensor& tokens, float value) override;
   void sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) override;
-  void sample_shard(const Tensor& logits, int64_t vocab_start, int64_t valid, const SamplerInputs& in,
-                    Tensor& best_key, Tensor& best_token) override;
+  void sample_shard(const Tensor& logits, int64_t vocab_start, int64_t valid, const SamplerInputs& in, Tensor& best_key,
+                    Tensor& best_token) override;
   void logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob, Tensor& top_ids,
                 Tensor& top_logprobs) override;
 

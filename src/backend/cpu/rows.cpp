@@ -54,9 +54,9 @@ void CpuBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
 void CpuBackend::concat_column_chunks(const Tensor& parts, Tensor& out) {
   cpu::require_dtype(parts, DType::F32, "concat_column_chunks", "parts");
   cpu::require_dtype(out, DType::F32, "concat_column_chunks", "out");
-  cpu::require(parts.ndim == 3 && out.ndim == 2 && parts.dim(1) == out.dim(0) &&
-                   out.dim(1) <= parts.dim(0) * parts.dim(2),
-               "concat_column_chunks", "parts " + parts.shape_string() + " do not fill out " + out.shape_string());
+  cpu::require(
+      parts.ndim == 3 && out.ndim == 2 && parts.dim(1) == out.dim(0) && out.dim(1) <= parts.dim(0) * parts.dim(2),
+      "concat_column_chunks", "parts " + parts.shape_string() + " do not fill out " + out.shape_string());
   const int64_t P = parts.dim(0), R = parts.dim(1), C = parts.dim(2), N = out.dim(1);
   const float* in = parts.as<const float>();
   float* dst = out.as<float>();

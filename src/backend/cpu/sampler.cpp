@@ -168,9 +168,12 @@ void check_controls(const SamplerInputs& in, int64_t rows, bool check_all, const
     DType dtype;
     const char* name;
     bool used_by_shard;
-  } controls[] = {{&in.temperature, DType::F32, "temperature", true}, {&in.top_k, DType::I32, "top_k", false},
-                  {&in.top_p, DType::F32, "top_p", false},             {&in.min_p, DType::F32, "min_p", false},
-                  {&in.seed, DType::I64, "seed", true},                {&in.step, DType::I32, "step", true}};
+  } controls[] = {{&in.temperature, DType::F32, "temperature", true},
+                  {&in.top_k, DType::I32, "top_k", false},
+                  {&in.top_p, DType::F32, "top_p", false},
+                  {&in.min_p, DType::F32, "min_p", false},
+                  {&in.seed, DType::I64, "seed", true},
+                  {&in.step, DType::I32, "step", true}};
   for (const auto& control : controls) {
     if (!check_all && !control.used_by_shard) continue;
     cpu::require_dtype(*control.tensor, control.dtype, op, control.name);
@@ -180,8 +183,12 @@ void check_controls(const SamplerInputs& in, int64_t rows, bool check_all, const
 
 RowControls controls_of(const SamplerInputs& in, int64_t r, bool shard) {
   if (shard) {  // plain temperature sampling: top_k, top_p and min_p off
-    return {in.temperature.as<const float>()[r], 0, 1.0f, 0.0f,
-            static_cast<uint64_t>(in.seed.as<const int64_t>()[r]), static_cast<uint32_t>(in.step.as<const int32_t>()[r])};
+    return {in.temperature.as<const float>()[r],
+            0,
+            1.0f,
+            0.0f,
+            static_cast<uint64_t>(in.seed.as<const int64_t>()[r]),
+            static_cast<uint32_t>(in.step.as<const int32_t>()[r])};
   }
   return {in.temperature.as<const float>()[r],
           in.top_k.as<const int32_t>()[r],

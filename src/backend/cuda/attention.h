@@ -11,21 +11,21 @@
 namespace nanovllm::cuda {
 
 struct PagedAttentionArgs {
-  const __nv_bfloat16* q = nullptr;      // [T, nh * d]
+  const __nv_bfloat16* q = nullptr;  // [T, nh * d]
   const __nv_bfloat16* k_cache = nullptr;
   const __nv_bfloat16* v_cache = nullptr;
-  const int* cu_seqlens_q = nullptr;     // [num_seqs + 1]
-  const int* seq_lens_k = nullptr;       // [num_seqs]
-  const int* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
-  __nv_bfloat16* out = nullptr;          // [T, nh * d]
+  const int* cu_seqlens_q = nullptr;  // [num_seqs + 1]
+  const int* seq_lens_k = nullptr;    // [num_seqs]
+  const int* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  __nv_bfloat16* out = nullptr;       // [T, nh * d]
   int num_seqs = 0;
-  int max_seqlen_q = 0;                  // bounds used to size the grid
+  int max_seqlen_q = 0;  // bounds used to size the grid
   int max_seqlen_k = 0;
   int max_blocks_per_seq = 0;
-  int block_size = 0;                    // 16..256, power of two
+  int block_size = 0;  // 16..256, power of two
   int num_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;                      // 64 or 128 (others: EngineError)
+  int head_dim = 0;  // 64 or 128 (others: EngineError)
   float scale = 1.0f;
 };
 

@@ -15,15 +15,14 @@ namespace nanovllm::cuda::attention_detail {
 inline void check_launch(const char* kernel) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
-    throw EngineError(std::string("attention kernel ") + kernel + " failed to launch: " + cudaGetErrorName(err) +
-                      " (" + cudaGetErrorString(err) + ")");
+    throw EngineError(std::string("attention kernel ") + kernel + " failed to launch: " + cudaGetErrorName(err) + " (" +
+                      cudaGetErrorString(err) + ")");
   }
 }
 
 inline void check_cuda(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
-    throw EngineError(std::string(what) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
-                      ")");
+    throw EngineError(std::string(what) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
   }
 }
 
@@ -48,8 +47,8 @@ inline void validate_args(const PagedAttentionArgs& a, const char* who) {
   if (static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size < a.max_seqlen_k)
     throw EngineError(w + ": max_seqlen_k " + std::to_string(a.max_seqlen_k) + " exceeds max_blocks_per_seq " +
                       std::to_string(a.max_blocks_per_seq) + " x block_size " + std::to_string(a.block_size));
-  if (a.num_seqs > 0 && (!a.q || !a.k_cache || !a.v_cache || !a.cu_seqlens_q || !a.seq_lens_k ||
-                         !a.block_tables || !a.out))
+  if (a.num_seqs > 0 &&
+      (!a.q || !a.k_cache || !a.v_cache || !a.cu_seqlens_q || !a.seq_lens_k || !a.block_tables || !a.out))
     throw EngineError(w + ": null pointer argument");
   const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
   if (misaligned(a.q) || misaligned(a.k_cache) || misaligned(a.v_cache) || misaligned(a.out))

@@ -104,12 +104,12 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, int n
 // Split CTA. D: head_dim; G: query heads per KV head (every size 1..8 has its own instantiation; the code also
 // tolerates a real group smaller than G: the extra heads run on zero queries and are never written).
 template <int D, int G>
-__global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAttentionArgs a, int num_splits,
-                                                                      int plan_chunk, bool spread, float* ws_acc,
-                                                                      float* ws_ml, int* counters_end) {
-  constexpr int kLanes = D / 8;                         // lanes per key: one 16-byte vector each
-  constexpr int kGroups = kDecodeThreads / kLanes;      // token groups per CTA
-  constexpr int kUnroll = G > 4 ? 2 : 4;                // keys per group per iteration (loads in flight)
+__global__ void __launch_bounds__(kDecodeThreads)
+    decode_split_kernel(PagedAttentionArgs a, int num_splits, int plan_chunk, bool spread, float* ws_acc, float* ws_ml,
+                        int* counters_end) {
+  constexpr int kLanes = D / 8;                     // lanes per key: one 16-byte vector each
+  constexpr int kGroups = kDecodeThreads / kLanes;  // token groups per CTA
+  constexpr int kUnroll = G > 4 ? 2 : 4;            // keys per group per iteration (loads in flight)
   constexpr int kTileKeys = kGroups * kUnroll;
   static_assert(kDecodeChunkAlign % kTileKeys == 0, "chunks must be whole iterations");
   static_assert(16 % kUnroll == 0, "a group's keys of one iteration must fit in the smallest block (16)");
@@ -152,8 +152,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAtten
 #pragma unroll
   for (int h = 0; h < G; ++h) {
     if (h < group_size) {
-      const uint4 raw = load_16b(a.q + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D +
-                                 lane_in_group * 8);
+      const uint4 raw =
+          load_16b(a.q + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D + lane_in_group * 8);
       bf16x8_to_float(raw, q[h]);
 #pragma unroll
       for (int i = 0; i < 8; ++i) q[h][i] *= q_scale;
@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAtten
     // The group's keys start at a multiple of kUnroll (chunks and tiles are), so they share one cache block.
     const int key0 = tile + group * kUnroll;
     const int block = key0 < kv_end ? __ldg(table + (key0 >> block_shift)) : 0;
-    const size_t offset0 = (static_cast<size_t>(block) * a.block_size + (key0 & block_mask)) * slot_stride +
-                           head_offset;
+    const size_t offset0 =
+        (static_cast<size_t>(block) * a.block_size + (key0 & block_mask)) * slot_stride + head_offset;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       valid[u] = key0 + u < kv_end;
@@ -299,32 +299,39 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(PagedAtten
       }
     }
   }
-  if (num_splits > 1)
-    merge_if_last<D>(a, num_splits, plan_chunk, spread, ws_acc, ws_ml, counters_end);
+  if (num_splits > 1) merge_if_last<D>(a, num_splits, plan_chunk, spread, ws_acc, ws_ml, counters_end);
 }
 
 template <int D, int G>
-void launch_decode(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml,
-                   int* counters_end, cudaStream_t stream) {
+void launch_decode(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml, int* counters_end,
+                   cudaStream_t stream) {
   const dim3 grid(a.num_kv_heads, a.num_seqs, plan.num_splits);
   const bool spread = a.num_seqs * a.num_kv_heads < kDecodeTargetCtas / 2;  // see seq_chunk
-  decode_split_kernel<D, G><<<grid, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk, spread, ws_acc,
-                                                                 ws_ml, counters_end);
+  decode_split_kernel<D, G>
+      <<<grid, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk, spread, ws_acc, ws_ml, counters_end);
   check_launch("decode_split_kernel");
 }
 
 template <int D>
-void dispatch_group(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml,
-                    int* counters_end, cudaStream_t stream) {
+void dispatch_group(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml, int* counters_end,
+                    cudaStream_t stream) {
   switch (a.num_heads / a.num_kv_heads) {
-    case 1: return launch_decode<D, 1>(a, plan, ws_acc, ws_ml, counters_end, stream);
-    case 2: return launch_decode<D, 2>(a, plan, ws_acc, ws_ml, counters_end, stream);
-    case 3: return launch_decode<D, 3>(a, plan, ws_acc, ws_ml, counters_end, stream);
-    case 4: return launch_decode<D, 4>(a, plan, ws_acc, ws_ml, counters_end, stream);
-    case 5: return launch_decode<D, 5>(a, plan, ws_acc, ws_ml, counters_end, stream);
-    case 6: return launch_decode<D, 6>(a, plan, ws_acc, ws_ml, counters_end, stream);
-    case 7: return launch_decode<D, 7>(a, plan, ws_acc, ws_ml, counters_end, stream);
-    default: return launch_decode<D, 8>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 1:
+      return launch_decode<D, 1>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 2:
+      return launch_decode<D, 2>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 3:
+      return launch_decode<D, 3>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 4:
+      return launch_decode<D, 4>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 5:
+      return launch_decode<D, 5>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 6:
+      return launch_decode<D, 6>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    case 7:
+      return launch_decode<D, 7>(a, plan, ws_acc, ws_ml, counters_end, stream);
+    default:
+      return launch_decode<D, 8>(a, plan, ws_acc, ws_ml, counters_end, stream);
   }
 }
 
@@ -346,8 +353,8 @@ void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, siz
   validate_args(args, "paged_attention_decode");
   const int group_size = args.num_heads / args.num_kv_heads;
   if (group_size > kDecodeMaxGroup)
-    throw EngineError("paged_attention_decode: " + std::to_string(group_size) +
-                      " query heads per KV head; at most " + std::to_string(kDecodeMaxGroup) + " are supported");
+    throw EngineError("paged_attention_decode: " + std::to_string(group_size) + " query heads per KV head; at most " +
+                      std::to_string(kDecodeMaxGroup) + " are supported");
   if (args.num_seqs == 0) return;
   if (args.num_seqs > 65535)
     throw EngineError("paged_attention_decode: num_seqs " + std::to_string(args.num_seqs) +
@@ -358,9 +365,9 @@ void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, siz
   int* counters_end = nullptr;
   if (plan.num_splits > 1) {
     const size_t acc_floats = static_cast<size_t>(args.num_seqs) * args.num_heads * plan.num_splits * args.head_dim;
-    const size_t need = (acc_floats + static_cast<size_t>(args.num_seqs) * args.num_heads * plan.num_splits * 2) *
-                            sizeof(float) +
-                        decode_workspace_counter_bytes(args.num_seqs, args.num_kv_heads);
+    const size_t need =
+        (acc_floats + static_cast<size_t>(args.num_seqs) * args.num_heads * plan.num_splits * 2) * sizeof(float) +
+        decode_workspace_counter_bytes(args.num_seqs, args.num_kv_heads);
     if (workspace == nullptr || workspace_bytes < need)
       throw EngineError("paged_attention_decode: workspace of " + std::to_string(workspace_bytes) +
                         " bytes is smaller than the " + std::to_string(need) + " this launch needs (" +

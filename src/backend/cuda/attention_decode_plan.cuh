@@ -13,8 +13,8 @@ constexpr int kDecodeMinChunk = 128;
 // Splitting stops once (seqs x KV heads x splits) reaches this (~16/SM). Measured on an H200 (bench_attention,
 // 0.6B shapes): grids of ~1024 CTAs streamed K/V at 72-73% of copy bandwidth, ~2048 CTAs at 88%.
 constexpr int kDecodeTargetCtas = 2048;
-constexpr int kDecodeChunkAlign = 64;    // chunks are whole CTA iterations (32 or 64 keys)
-constexpr int kDecodeMaxGroup = 8;       // query heads per KV head
+constexpr int kDecodeChunkAlign = 64;  // chunks are whole CTA iterations (32 or 64 keys)
+constexpr int kDecodeMaxGroup = 8;     // query heads per KV head
 
 struct DecodePlan {
   int num_splits = 1;

@@ -257,9 +257,9 @@ void launch_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check_cuda(cudaStreamIsCapturing(stream, &capture), "paged_attention_prefill: cudaStreamIsCapturing");
   if (capture == cudaStreamCaptureStatusNone) {
-    check_cuda(cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)),
-               "paged_attention_prefill: cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+    check_cuda(
+        cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+        "paged_attention_prefill: cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   }
   const dim3 grid((a.max_seqlen_q + kPrefillRows - 1) / kPrefillRows, a.num_heads, a.num_seqs);
   prefill_kernel<D><<<grid, kPrefillThreads, smem, stream>>>(a);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -104,8 +104,8 @@ void CudaBackend::reserve(const BackendLimits& limits) {
     // zeroed on the stream the kernels run on (a cudaMemset would not be ordered before them).
     const size_t counters = cuda::decode_workspace_counter_bytes(limits.max_num_seqs, limits.num_heads);
     if (bytes)
-      NANOVLLM_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(attention_workspace_.data()) + bytes - counters, 0,
-                                          counters, stream_));
+      NANOVLLM_CUDA_CHECK(
+          cudaMemsetAsync(static_cast<char*>(attention_workspace_.data()) + bytes - counters, 0, counters, stream_));
   }
   if (limits.max_logits_rows > 0 && limits.vocab_size > 0) {
     sampler_workspace_ = allocate(cuda::sampler_workspace_bytes(limits.max_logits_rows, limits.vocab_size));
@@ -199,8 +199,8 @@ void CudaBackend::upload_converted(const void* host_src, DType src_dtype, void* 
         const uint16_t* src = static_cast<const uint16_t*>(host_src) + begin;
         for (int64_t j = 0; j < n; ++j) stage[j] = float_to_bf16(f16_to_float(src[j]));
       }
-      NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(out + begin, stage, static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice,
-                                          stream_));
+      NANOVLLM_CUDA_CHECK(
+          cudaMemcpyAsync(out + begin, stage, static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice, stream_));
       NANOVLLM_CUDA_CHECK(cudaEventRecord(copied[half], stream_));
     }
     NANOVLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -366,8 +366,7 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) 
   make_current();
   require_dtype(rows, DType::I32, "gather_rows", "rows");
   require(out.dtype == x.dtype && out.numel() == rows.numel() * x.row_elems(), "gather_rows",
-          "out " + out.shape_string() + " must be " + std::to_string(rows.numel()) + " rows of x " +
-              x.shape_string());
+          "out " + out.shape_string() + " must be " + std::to_string(rows.numel()) + " rows of x " + x.shape_string());
   cuda::launch_gather_rows(x.data, rows.as<int>(), out.data, static_cast<int>(rows.numel()),
                            static_cast<size_t>(x.row_elems()) * dtype_size(x.dtype), stream_);
 }
@@ -377,16 +376,15 @@ void CudaBackend::concat_column_chunks(const Tensor& parts, Tensor& out) {
   make_current();
   require_dtype(parts, DType::F32, "concat_column_chunks", "parts");
   require_dtype(out, DType::F32, "concat_column_chunks", "out");
-  require(parts.ndim == 3 && out.ndim == 2 && parts.dim(1) == out.dim(0) &&
-              out.dim(1) <= parts.dim(0) * parts.dim(2),
+  require(parts.ndim == 3 && out.ndim == 2 && parts.dim(1) == out.dim(0) && out.dim(1) <= parts.dim(0) * parts.dim(2),
           "concat_column_chunks", "parts " + parts.shape_string() + " do not fill out " + out.shape_string());
   const int64_t P = parts.dim(0), R = parts.dim(1), C = parts.dim(2), N = out.dim(1);
   if (R == 0) return;
   for (int64_t p = 0; p < P && p * C < N; ++p) {
     const int64_t width = std::min(C, N - p * C);
     NANOVLLM_CUDA_CHECK(cudaMemcpy2DAsync(out.as<float>() + p * C, N * sizeof(float),
-                                          parts.as<const float>() + p * R * C, C * sizeof(float),
-                                          width * sizeof(float), R, cudaMemcpyDeviceToDevice, stream_));
+                                          parts.as<const float>() + p * R * C, C * sizeof(float), width * sizeof(float),
+                                          R, cudaMemcpyDeviceToDevice, stream_));
   }
 }
 
@@ -395,7 +393,8 @@ void CudaBackend::set_logits(Tensor& logits, const Tensor& rows, const Tensor& t
   require_dtype(logits, DType::F32, "set_logits", "logits");
   require_dtype(rows, DType::I32, "set_logits", "rows");
   require_dtype(tokens, DType::I32, "set_logits", "tokens");
-  require(logits.ndim == 2 && rows.numel() == tokens.numel(), "set_logits", "logits must be [R, V], rows and tokens of one length");
+  require(logits.ndim == 2 && rows.numel() == tokens.numel(), "set_logits",
+          "logits must be [R, V], rows and tokens of one length");
   cuda::launch_set_logits(logits.as<float>(), logits.dim(1), rows.as<int>(), tokens.as<int>(),
                           static_cast<int>(rows.numel()), value, stream_);
 }
@@ -411,10 +410,11 @@ void CudaBackend::check_sampler_inputs(const char* op, const Tensor& logits, con
   require_dtype(in.step, DType::I32, op, "step");
   require(logits.ndim == 2, op, "logits " + logits.shape_string() + " must be [R, C]");
   const int64_t rows = logits.dim(0);
-  require(token_ids.numel() == rows && in.temperature.numel() >= rows && in.seed.numel() >= rows &&
-              in.step.numel() >= rows,
-          op, "logits " + logits.shape_string() + ", " + token_name + " " + token_ids.shape_string() +
-                  " and the sampler inputs disagree on the row count");
+  require(
+      token_ids.numel() == rows && in.temperature.numel() >= rows && in.seed.numel() >= rows && in.step.numel() >= rows,
+      op,
+      "logits " + logits.shape_string() + ", " + token_name + " " + token_ids.shape_string() +
+          " and the sampler inputs disagree on the row count");
   require(reserved_, op, "reserve() must be called first (it sizes the sampler workspace)");
 }
 
@@ -479,15 +479,15 @@ void CudaBackend::sample_shard(const Tensor& logits, int64_t vocab_start, int64_
   require(vocab_start >= 0 && vocab_start + valid <= INT32_MAX, op,
           "vocab_start " + std::to_string(vocab_start) + " with " + std::to_string(valid) +
               " tokens is outside the I32 token ids");
-  require(best_key.numel() == logits.dim(0), op,
-          "best_key " + best_key.shape_string() + " does not have one entry per row of logits " +
-              logits.shape_string());
+  require(
+      best_key.numel() == logits.dim(0), op,
+      "best_key " + best_key.shape_string() + " does not have one entry per row of logits " + logits.shape_string());
   cuda::launch_sample(sample_shard_args(logits, vocab_start, valid, in, best_key, best_token),
                       sampler_workspace_.data(), sampler_workspace_.bytes(), stream_);
 }
 
-void CudaBackend::logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob,
-                           Tensor& top_ids, Tensor& top_logprobs) {
+void CudaBackend::logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob, Tensor& top_ids,
+                           Tensor& top_logprobs) {
   make_current();
   const char* op = "logprobs";
   require_dtype(logits, DType::F32, op, "logits");
@@ -500,11 +500,12 @@ void CudaBackend::logprobs(const Tensor& logits, const Tensor& targets, int k, T
   if (k > 0) {
     require_dtype(top_ids, DType::I32, op, "top_ids");
     require_dtype(top_logprobs, DType::F32, op, "top_logprobs");
-    require(top_ids.numel() == rows * k && top_logprobs.numel() == rows * k, op, "top_ids / top_logprobs must be [R, k]");
+    require(top_ids.numel() == rows * k && top_logprobs.numel() == rows * k, op,
+            "top_ids / top_logprobs must be [R, k]");
   }
-  cuda::launch_logprobs(logits.as<float>(), targets.as<int>(), static_cast<int>(rows),
-                        static_cast<int>(logits.dim(1)), k, target_logprob.as<float>(),
-                        k > 0 ? top_ids.as<int>() : nullptr, k > 0 ? top_logprobs.as<float>() : nullptr, stream_);
+  cuda::launch_logprobs(logits.as<float>(), targets.as<int>(), static_cast<int>(rows), static_cast<int>(logits.dim(1)),
+                        k, target_logprob.as<float>(), k > 0 ? top_ids.as<int>() : nullptr,
+                        k > 0 ? top_logprobs.as<float>() : nullptr, stream_);
 }
 
 CudaGraph CudaBackend::capture(const std::function<void()>& enqueue) {
@@ -562,7 +563,8 @@ double CudaBackend::measure_read_bandwidth_gbs(size_t bytes) {
   NANOVLLM_CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<float> ms;
   try {
-    for (int i = 0; i < 3; ++i) cuda::launch_read_only(data.data(), bytes, static_cast<unsigned*>(sink.data()), blocks, stream_);
+    for (int i = 0; i < 3; ++i)
+      cuda::launch_read_only(data.data(), bytes, static_cast<unsigned*>(sink.data()), blocks, stream_);
     for (int i = 0; i < 15; ++i) {
       NANOVLLM_CUDA_CHECK(cudaEventRecord(start, stream_));
       cuda::launch_read_only(data.data(), bytes, static_cast<unsigned*>(sink.data()), blocks, stream_);

@@ -65,8 +65,8 @@ class CudaBackend final : public Backend {
   void concat_column_chunks(const Tensor& parts, Tensor& out) override;
   void set_logits(Tensor& logits, const Tensor& rows, const Tensor& tokens, float value) override;
   void sample(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids) override;
-  void sample_shard(const Tensor& logits, int64_t vocab_start, int64_t valid, const SamplerInputs& in,
-                    Tensor& best_key, Tensor& best_token) override;
+  void sample_shard(const Tensor& logits, int64_t vocab_start, int64_t valid, const SamplerInputs& in, Tensor& best_key,
+                    Tensor& best_token) override;
   void logprobs(const Tensor& logits, const Tensor& targets, int k, Tensor& target_logprob, Tensor& top_ids,
                 Tensor& top_logprobs) override;
 
@@ -93,7 +93,8 @@ class CudaBackend final : public Backend {
   void make_current() const;
 
   int device_ = 0;
-  std::shared_ptr<std::atomic<size_t>> live_bytes_ = std::make_shared<std::atomic<size_t>>(0);  // allocate()d, not freed
+  std::shared_ptr<std::atomic<size_t>> live_bytes_ =
+      std::make_shared<std::atomic<size_t>>(0);  // allocate()d, not freed
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
   Buffer gemm_workspace_;

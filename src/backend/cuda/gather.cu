@@ -20,8 +20,8 @@ void launch_gather_rows(const void* x, const int* rows, void* out, int num_rows,
                         cudaStream_t stream) {
   if (num_rows == 0 || row_bytes == 0) return;
   if (row_bytes % 16 == 0) {
-    gather_rows_kernel<uint4><<<num_rows, 256, 0, stream>>>(static_cast<const uint4*>(x), rows,
-                                                            static_cast<uint4*>(out), row_bytes / 16);
+    gather_rows_kernel<uint4>
+        <<<num_rows, 256, 0, stream>>>(static_cast<const uint4*>(x), rows, static_cast<uint4*>(out), row_bytes / 16);
   } else if (row_bytes % 4 == 0) {
     gather_rows_kernel<unsigned><<<num_rows, 256, 0, stream>>>(static_cast<const unsigned*>(x), rows,
                                                                static_cast<unsigned*>(out), row_bytes / 4);

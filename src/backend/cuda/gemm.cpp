@@ -51,8 +51,8 @@ Gemm::Plan Gemm::create_plan(const ShapeKey& key) {
       const cudaDataType_t bias_type = CUDA_R_16BF;
       NANOVLLM_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-      NANOVLLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                           &bias_type, sizeof(bias_type)));
+      NANOVLLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                           sizeof(bias_type)));
     }
     // A = W as column-major [K, N] (op T), B = x as column-major [K, M], C = out as column-major [N, M].
     NANOVLLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, key.k, key.n, key.k));
@@ -77,12 +77,15 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Plan& plan, const ShapeK
     // N elements apart, so an odd vocabulary (N % 8 != 0) leaves them only 2- or 4-byte aligned.
     const uint32_t ab_alignment = 16;
     const uint32_t row_bytes = static_cast<uint32_t>(key.n) * (key.out == DType::F32 ? 4u : 2u);
-    const uint32_t cd_alignment = std::min<uint32_t>(16u, row_bytes & (~row_bytes + 1u));  // largest power of 2 dividing
+    const uint32_t cd_alignment =
+        std::min<uint32_t>(16u, row_bytes & (~row_bytes + 1u));  // largest power of 2 dividing
     for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES}) {
-      if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(preference, attr, &ab_alignment, sizeof(ab_alignment));
+      if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(preference, attr, &ab_alignment, sizeof(ab_alignment));
     }
     for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-      if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(preference, attr, &cd_alignment, sizeof(cd_alignment));
+      if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(preference, attr, &cd_alignment, sizeof(cd_alignment));
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
       s = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, max_count,
@@ -93,8 +96,8 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Plan& plan, const ShapeK
   cublasLtMatmulPreferenceDestroy(preference);
   NANOVLLM_CUBLAS_CHECK(status);
   if (found == 0) {
-    throw EngineError("cuBLASLt has no algorithm for linear M=" + std::to_string(key.m) + " N=" +
-                      std::to_string(key.n) + " K=" + std::to_string(key.k));
+    throw EngineError("cuBLASLt has no algorithm for linear M=" + std::to_string(key.m) +
+                      " N=" + std::to_string(key.n) + " K=" + std::to_string(key.k));
   }
   std::vector<cublasLtMatmulAlgo_t> algos;
   for (int i = 0; i < found; ++i) algos.push_back(results[static_cast<size_t>(i)].algo);

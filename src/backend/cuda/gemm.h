@@ -29,8 +29,8 @@ class Gemm {
 
   // bias may be null. out_dtype is BF16 or F32. Pointers must be 16-byte aligned and K, N multiples of 8.
   // Small M goes to the GEMV, the rest to cuBLASLt.
-  void run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
-           DType out_dtype, int m, int n, int k, cudaStream_t stream);
+  void run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out, DType out_dtype,
+           int m, int n, int k, cudaStream_t stream);
   // Always cuBLASLt (the benchmark compares the two paths).
   void run_cublaslt(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
                     DType out_dtype, int m, int n, int k, cudaStream_t stream);

@@ -13,9 +13,9 @@
 namespace nanovllm::cuda {
 namespace {
 
-constexpr int kRowsPerGroup = 8;   // the mma's N: one weight row per lane quad
-constexpr int kStepK = 32;         // k per step: 4 lanes × 8 bf16
-constexpr int kMaxWarps = 16;      // warps of a CTA split K
+constexpr int kRowsPerGroup = 8;        // the mma's N: one weight row per lane quad
+constexpr int kStepK = 32;              // k per step: 4 lanes × 8 bf16
+constexpr int kMaxWarps = 16;           // warps of a CTA split K
 constexpr int kWeightLoadsPerLane = 8;  // 16-byte W loads a lane issues before its first mma of a round
 
 // Predicated 16-byte loads (zeros when !pred) in one asm, so the compiler can neither speculate the load
@@ -35,7 +35,8 @@ __device__ __forceinline__ uint4 load_weight_or_zero(const __nv_bfloat16* p, boo
 // under a programmatic dependent launch x is written while this grid is already resident.
 __device__ __forceinline__ uint4 load_activation_or_zero(const __nv_bfloat16* p, bool pred) {
   uint4 v;
-  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\t"
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\t"
       "mov.b32 %3, 0;\n\t@p ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"(static_cast<int>(pred))
@@ -53,8 +54,8 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 }
 
 // c[4] += A (16 × 16 bf16, row-major fragments a0..a3) · B (16 × 8 bf16, column fragments b0, b1).
-__device__ __forceinline__ void mma_bf16_m16n8k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                  uint32_t a3, uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_bf16_m16n8k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                  uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
@@ -63,7 +64,9 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&c)[4], uint32_t a0, ui
 }
 
 __device__ __forceinline__ void store_output(float* out, int64_t i, float v) { out[i] = v; }
-__device__ __forceinline__ void store_output(__nv_bfloat16* out, int64_t i, float v) { out[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_output(__nv_bfloat16* out, int64_t i, float v) {
+  out[i] = __float2bfloat16_rn(v);
+}
 
 // kTokenHalves: 1 for tokens <= 8 (A rows 8..15 are zero), 2 for tokens <= 16.
 // kRowGroups: groups of 8 weight rows per warp, all multiplied by the same x registers.
@@ -185,9 +188,12 @@ void launch(const GemvArgs& a, bool overlap_previous_kernel, cudaStream_t stream
 template <int kTokenHalves, typename OutT>
 void launch_with_groups(const GemvArgs& a, LaunchOptions o, cudaStream_t stream) {
   switch (o.row_groups) {
-    case 1: return launch<kTokenHalves, 1, OutT>(a, o.overlap_previous_kernel, stream);
-    case 2: return launch<kTokenHalves, 2, OutT>(a, o.overlap_previous_kernel, stream);
-    default: return launch<kTokenHalves, 4, OutT>(a, o.overlap_previous_kernel, stream);
+    case 1:
+      return launch<kTokenHalves, 1, OutT>(a, o.overlap_previous_kernel, stream);
+    case 2:
+      return launch<kTokenHalves, 2, OutT>(a, o.overlap_previous_kernel, stream);
+    default:
+      return launch<kTokenHalves, 4, OutT>(a, o.overlap_previous_kernel, stream);
   }
 }
 
@@ -202,8 +208,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 bool gemv_supports(const GemvArgs& a) {
-  return a.tokens >= 1 && a.tokens <= kGemvMaxTokens && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 &&
-         a.x != nullptr && a.weight != nullptr && a.out != nullptr && aligned16(a.x) && aligned16(a.weight) &&
+  return a.tokens >= 1 && a.tokens <= kGemvMaxTokens && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.x != nullptr &&
+         a.weight != nullptr && a.out != nullptr && aligned16(a.x) && aligned16(a.weight) &&
          (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32);
 }
 

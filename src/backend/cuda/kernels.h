@@ -34,7 +34,7 @@ struct QkNormRopeCacheArgs {
   const int* slot_mapping = nullptr;      // [T]
   __nv_bfloat16* k_cache = nullptr;       // [slots, nkv, d]
   __nv_bfloat16* v_cache = nullptr;
-  __nv_bfloat16* q_out = nullptr;         // [T, nh d]
+  __nv_bfloat16* q_out = nullptr;  // [T, nh d]
   int num_tokens = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
@@ -52,8 +52,7 @@ void launch_set_logits(float* logits, int64_t vocab, const int* rows, const int*
                        cudaStream_t stream);
 
 // gather.cu: out[r] = x[rows[r]] for rows of row_bytes bytes each (any dtype).
-void launch_gather_rows(const void* x, const int* rows, void* out, int num_rows, size_t row_bytes,
-                        cudaStream_t stream);
+void launch_gather_rows(const void* x, const int* rows, void* out, int num_rows, size_t row_bytes, cudaStream_t stream);
 
 // gemm epilogue helper (bias_add.cu): out[t, n] += bias[n] for an fp32 out.
 void launch_add_bias_f32(float* out, const __nv_bfloat16* bias, int rows, int cols, cudaStream_t stream);
@@ -70,15 +69,15 @@ struct SamplerArgs {
   const float* min_p = nullptr;
   const int64_t* seed = nullptr;
   const int* step = nullptr;
-  int* token_ids = nullptr;       // [R]
+  int* token_ids = nullptr;  // [R]
   int rows = 0;
   int vocab = 0;
-  int64_t row_stride = 0;         // floats from one row to the next; 0 = vocab
+  int64_t row_stride = 0;  // floats from one row to the next; 0 = vocab
   // Shard mode (Backend::sample_shard) when best_key is set: the columns are the tokens token_offset + i,
   // whose global id the noise is drawn for; top_k, top_p and min_p are ignored, and per row the shard's
   // winner is written as best_key[r] (its key) and token_ids[r] = token_offset + i, or -inf and INT_MAX when
   // nothing in the shard has probability (sample()'s greedy fallback is the caller's).
-  float* best_key = nullptr;      // [R]
+  float* best_key = nullptr;  // [R]
   int token_offset = 0;
 };
 // Scratch (bytes) of the fast path for up to max_rows rows of vocab logits.

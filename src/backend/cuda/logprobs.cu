@@ -24,8 +24,8 @@ constexpr int kUnroll = 4;         // 16-byte loads in flight per thread in the 
 
 // The exact fallback: radix select of the take-th largest key, then the keys above it ranked.
 __device__ void top_k_by_radix_select(const float* row, int vocab, int k, int take, float lse, int r,
-                                      RadixSelectShared& select, uint64_t* picked, unsigned* picked_count,
-                                      int* top_ids, float* top_logprobs) {
+                                      RadixSelectShared& select, uint64_t* picked, unsigned* picked_count, int* top_ids,
+                                      float* top_logprobs) {
   const uint64_t threshold = radix_select_by_weight(
       [&](auto&& f) {
         for (int i = threadIdx.x; i < vocab; i += kThreads) f(order_key(row[i], i), 1ull);

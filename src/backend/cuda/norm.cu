@@ -11,18 +11,16 @@ namespace {
 
 template <int kVecs, bool kAddResidual>
 __global__ void rms_norm_kernel(const __nv_bfloat16* x, __nv_bfloat16* residual,
-                                const __nv_bfloat16* __restrict__ weight, float eps, __nv_bfloat16* out,
-                                int hidden) {
+                                const __nv_bfloat16* __restrict__ weight, float eps, __nv_bfloat16* out, int hidden) {
   __shared__ float scratch[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
   rms_norm_row<kVecs, kAddResidual>([&](int v, float(&f)[8]) { to_float8(load_bf16x8(x + base + v * 8), f); },
-                                    kAddResidual ? residual + base : nullptr, weight, eps, hidden, out + base,
-                                    scratch);
+                                    kAddResidual ? residual + base : nullptr, weight, eps, hidden, out + base, scratch);
 }
 
 template <bool kAddResidual>
-void launch(const __nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* weight, float eps,
-            __nv_bfloat16* out, int rows, int hidden, cudaStream_t stream) {
+void launch(const __nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* weight, float eps, __nv_bfloat16* out,
+            int rows, int hidden, cudaStream_t stream) {
   if (rows == 0) return;
   const int threads = rms_norm_threads(hidden);
   if (rms_norm_vectors_per_thread(hidden) == 1) {

@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(const QkNo
     const float cs[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
     const float sn[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
 #pragma unroll
-    for (int j = 0; j < 8; ++j) x[j] = first_half ? x[j] * cs[j] - partner[j] * sn[j] : x[j] * cs[j] + partner[j] * sn[j];
+    for (int j = 0; j < 8; ++j)
+      x[j] = first_half ? x[j] * cs[j] - partner[j] * sn[j] : x[j] * cs[j] + partner[j] * sn[j];
   }
   if (!valid) return;
 
@@ -89,11 +90,15 @@ void launch_for(const QkNormRopeCacheArgs& args, cudaStream_t stream) {
 void launch_qk_norm_rope_cache(const QkNormRopeCacheArgs& args, cudaStream_t stream) {
   if (args.num_tokens == 0) return;
   switch (args.head_dim) {
-    case 64: return launch_for<64>(args, stream);
-    case 128: return launch_for<128>(args, stream);
-    case 256: return launch_for<256>(args, stream);
-    default: throw EngineError("qk_norm_rope_cache: head_dim " + std::to_string(args.head_dim) +
-                               " is not supported (64, 128 or 256)");
+    case 64:
+      return launch_for<64>(args, stream);
+    case 128:
+      return launch_for<128>(args, stream);
+    case 256:
+      return launch_for<256>(args, stream);
+    default:
+      throw EngineError("qk_norm_rope_cache: head_dim " + std::to_string(args.head_dim) +
+                        " is not supported (64, 128 or 256)");
   }
 }
 

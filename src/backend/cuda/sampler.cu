@@ -66,8 +66,13 @@ __device__ __forceinline__ RowParams row_params(const SamplerArgs& a, int r) {
     return {a.temperature[r], 0, 1.0f, 0.0f, static_cast<uint64_t>(a.seed[r]), static_cast<uint32_t>(a.step[r]),
             a.token_offset};
   }
-  return {a.temperature[r], a.top_k[r], a.top_p[r], a.min_p[r], static_cast<uint64_t>(a.seed[r]),
-          static_cast<uint32_t>(a.step[r]), 0};
+  return {a.temperature[r],
+          a.top_k[r],
+          a.top_p[r],
+          a.min_p[r],
+          static_cast<uint64_t>(a.seed[r]),
+          static_cast<uint32_t>(a.step[r]),
+          0};
 }
 
 __device__ __forceinline__ const float* row_of(const SamplerArgs& a, int r) {
@@ -86,8 +91,7 @@ constexpr float kLargestUniform = 0x1.fffffep-1f;  // 1 - 2^-24
 
 // token is the column; the noise is that of the global id p.token_offset + token.
 __device__ __forceinline__ float gumbel(const RowParams& p, int token) {
-  const float u =
-      fminf(philox_uniform(p.seed, p.step, static_cast<uint32_t>(p.token_offset + token)), kLargestUniform);
+  const float u = fminf(philox_uniform(p.seed, p.step, static_cast<uint32_t>(p.token_offset + token)), kLargestUniform);
   return -logf(-logf(u));
 }
 
@@ -146,9 +150,9 @@ __device__ __forceinline__ void write_pick(const SamplerArgs& a, int r, Best b) 
 }
 
 struct FastWorkspace {
-  float* chunk_max;    // [rows, chunks]
-  float* best_value;   // [rows, chunks]
-  int* best_index;     // [rows, chunks]
+  float* chunk_max;   // [rows, chunks]
+  float* best_value;  // [rows, chunks]
+  int* best_index;    // [rows, chunks]
 };
 
 __host__ __device__ inline int chunks_for(int vocab) { return (vocab + kChunk - 1) / kChunk; }
@@ -193,8 +197,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_best_kernel(const Sampler
     const float cutoff = prune_below(scaled_max);
     for (int i = c * kChunk + threadIdx.x; i < end; i += kChunkThreads) {
       const float s = row[i] / p.temperature;
-      if (!(s > -INFINITY)) continue;  // -inf or NaN: no probability
-      if (s < cutoff) continue;        // cannot win (see prune_below)
+      if (!(s > -INFINITY)) continue;                                                    // -inf or NaN: no probability
+      if (s < cutoff) continue;                                                          // cannot win (see prune_below)
       if (use_min_p && s != scaled_max && !(expf(s - scaled_max) >= p.min_p)) continue;  // top token stays
       take(best, s + gumbel(p, i), i);
     }
@@ -212,7 +216,8 @@ __global__ void merge_chunks_kernel(const SamplerArgs a, FastWorkspace ws, int c
   const RowParams p = row_params(a, r);
   if (needs_filtered_path(p, a.vocab)) return;
   Best best{-INFINITY, INT_MAX};
-  for (int j = threadIdx.x; j < chunks; j += 32) take(best, ws.best_value[r * chunks + j], ws.best_index[r * chunks + j]);
+  for (int j = threadIdx.x; j < chunks; j += 32)
+    take(best, ws.best_value[r * chunks + j], ws.best_index[r * chunks + j]);
   best = warp_best(best);
   if (best.index == INT_MAX && !is_shard(a)) {  // nothing kept (every z is -inf or NaN): greedy on the raw logits
     const float* row = row_of(a, r);
@@ -447,14 +452,14 @@ __device__ void filtered_by_radix_select(const SamplerArgs& a, int r, const RowP
   if (threadIdx.x == 0) a.token_ids[r] = best.index == INT_MAX ? 0 : best.index;
 }
 
-
 // Rows with top_k / top_p: one block per row, two reads of the row plus work on a short shared list.
 //  1. Largest z, and each thread's two largest keys of tokens with probability (z > -inf).
 //  2. A lower bound on the kept set's keys: with top_k <= 1024, the top_k-th largest thread key (at least
 //     top_k tokens reach it); with top_p alone, the first sorted thread key whose prefix of thread keys holds
 //     top_p of an over-estimate of the total mass (pass 1 sums it online in fp32), else
-//     z_max - (log(V / (1 - top_p)) + 2) (tokens further down hold less than 1 - top_p of the mass). One pass counts min_p's survivors, sums their mass and
-//     appends the survivors at or above the bound to the list; the list is sorted.
+//     z_max - (log(V / (1 - top_p)) + 2) (tokens further down hold less than 1 - top_p of the mass). One pass counts
+//     min_p's survivors, sums their mass and appends the survivors at or above the bound to the list; the list is
+//     sorted.
 //  3. On the sorted list: top_k is its first k entries, top_p the shortest prefix whose mass reaches
 //     ceil(top_p * total) (masses in 2^-40 fixed point, as the radix path sums them), then the Gumbel argmax.
 // Each step checks that the list really holds what it needs (all of top_k's set, or the whole nucleus);
@@ -526,7 +531,8 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
           const unsigned long long up = __shfl_up_sync(0xffffffffu, inclusive, offset);
           if (lane >= static_cast<unsigned>(offset)) inclusive += up;
         }
-        const unsigned hit = __ballot_sync(0xffffffffu, key != 0 && static_cast<double>(cumulative + inclusive) >= goal);
+        const unsigned hit =
+            __ballot_sync(0xffffffffu, key != 0 && static_cast<double>(cumulative + inclusive) >= goal);
         if (hit) found = __shfl_sync(0xffffffffu, key, __ffs(hit) - 1);
         cumulative += __shfl_sync(0xffffffffu, inclusive, 31);
       }
@@ -579,8 +585,8 @@ __global__ void __launch_bounds__(kRowThreads) filtered_sample_kernel(const Samp
   // Step 3. The list is the `count` largest survivors, in order.
   const bool top_k_cuts = p.top_k > 0 && static_cast<unsigned>(p.top_k) < kept;
   const int set_size = top_k_cuts ? p.top_k : static_cast<int>(kept);  // after min_p and top_k
-  int usable;               // how many list entries belong to that set
-  unsigned long long total;  // the set's mass
+  int usable;                                                          // how many list entries belong to that set
+  unsigned long long total;                                            // the set's mass
   if (count >= set_size) {
     usable = set_size;
     unsigned long long local = 0;
@@ -712,13 +718,14 @@ void launch_sample_via(const SamplerArgs& args, void* workspace, size_t workspac
                        PlainSamplerPath path) {
   if (args.rows == 0) return;
   const ClusterPlan plan = plan_cluster(args.vocab);
-  const bool cluster = path == PlainSamplerPath::kCluster ||
-                       (path == PlainSamplerPath::kAuto && args.rows <= kClusterMaxRows && plan.blocks > 0 &&
-                        device_has_cluster_launch());
+  const bool cluster =
+      path == PlainSamplerPath::kCluster || (path == PlainSamplerPath::kAuto && args.rows <= kClusterMaxRows &&
+                                             plan.blocks > 0 && device_has_cluster_launch());
   if (cluster) {
     if (plan.blocks == 0) {
       throw EngineError(std::string(op_name(args)) + ": vocab " + std::to_string(args.vocab) +
-                        " exceeds the cluster path's " + std::to_string(kMaxClusterBlocks * kClusterSliceCapacity) + " logits");
+                        " exceeds the cluster path's " + std::to_string(kMaxClusterBlocks * kClusterSliceCapacity) +
+                        " logits");
     }
   }
   if (!cluster || !launch_cluster_sample(args, plan, stream)) {

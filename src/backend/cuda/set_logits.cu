@@ -5,7 +5,8 @@
 namespace nanovllm::cuda {
 
 namespace {
-__global__ void set_logits_kernel(float* logits, int64_t vocab, const int* rows, const int* tokens, int n, float value) {
+__global__ void set_logits_kernel(float* logits, int64_t vocab, const int* rows, const int* tokens, int n,
+                                  float value) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) logits[static_cast<int64_t>(rows[i]) * vocab + tokens[i]] = value;
 }

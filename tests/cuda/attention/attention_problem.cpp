@@ -105,7 +105,8 @@ std::vector<double> reference_attention(const Problem& p, const HostBatch& b) {
     double max_score = -INFINITY;
     const auto slot_of = [&](int key) {
       const int block = b.block_tables[static_cast<size_t>(item.seq) * b.max_blocks_per_seq + key / p.block_size];
-      return (static_cast<size_t>(block) * p.block_size + key % p.block_size) * slot_elems + static_cast<size_t>(kvh) * d;
+      return (static_cast<size_t>(block) * p.block_size + key % p.block_size) * slot_elems +
+             static_cast<size_t>(kvh) * d;
     };
     for (int key = 0; key <= pos; ++key) {
       const size_t base = slot_of(key);

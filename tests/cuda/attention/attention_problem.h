@@ -31,7 +31,7 @@ struct Problem {
 };
 
 struct HostBatch {
-  std::vector<uint16_t> q;  // bf16 [T, nh * d]
+  std::vector<uint16_t> q;                 // bf16 [T, nh * d]
   std::vector<uint16_t> k_cache, v_cache;  // bf16 [num_blocks, block_size, nkv, d]
   std::vector<int> cu_seqlens_q, seq_lens_k, block_tables;
   int num_blocks = 0;
@@ -69,7 +69,7 @@ struct Comparison {
   size_t unwritten = 0;      // NaN left in a real row (never written) or any non-finite value
   size_t guard_touched = 0;  // guard-row elements that lost their poison
   double max_abs = 0;
-  double rel = 0;            // ||out - ref|| / ||ref||
+  double rel = 0;  // ||out - ref|| / ||ref||
   std::string str() const;
 };
 

@@ -32,7 +32,9 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   template <class T>
-  T* as() const { return static_cast<T*>(ptr); }
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
 };
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float amplitude) {
@@ -91,9 +93,8 @@ double copy_bandwidth_gbs(int reps) {
   const size_t bytes = size_t{1} << 30;
   DeviceBuffer src(bytes), dst(bytes);
   fill(src, bytes / 2, 1, 1.f);
-  const double us = time_us(reps, [&](int) {
-    check(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice), "memcpy");
-  });
+  const double us =
+      time_us(reps, [&](int) { check(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice), "memcpy"); });
   return 2.0 * bytes / (us * 1e-6) / 1e9;
 }
 
@@ -160,17 +161,20 @@ void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps)
   const double us = time_us(reps, call);
   // 16 calls queued back to back between one pair of events: launch latency hidden, as in a CUDA graph.
   constexpr int kBurst = 16;
-  const double burst_us = time_us(std::max(reps / 4, 3), [&](int rep) {
-    for (int i = 0; i < kBurst; ++i) call(rep * kBurst + i);
-  }) / kBurst;
+  const double burst_us = time_us(std::max(reps / 4, 3),
+                                  [&](int rep) {
+                                    for (int i = 0; i < kBurst; ++i) call(rep * kBurst + i);
+                                  }) /
+                          kBurst;
   check(cudaDeviceSynchronize(), "decode");
   const double bytes = 2.0 * batch * static_cast<double>(ctx) * s.num_kv_heads * s.head_dim * 2;  // K + V
   const double gbs = bytes / (burst_us * 1e-6) / 1e9;
   const auto plan = nanovllm::cuda::attention_detail::plan_decode(batch, s.num_kv_heads, ctx);
-  std::printf("decode  %-10s batch %4d ctx %6d splits %3d | %8.1f us/call | %8.1f us queued | %8.1f MB | "
-              "%6.0f GB/s | %5.1f%% of copy | floor %7.1f us\n",
-              s.name, batch, ctx, plan.num_splits, us, burst_us, bytes / 1e6, gbs, 100.0 * gbs / copy_gbs,
-              bytes / (copy_gbs * 1e9) * 1e6);
+  std::printf(
+      "decode  %-10s batch %4d ctx %6d splits %3d | %8.1f us/call | %8.1f us queued | %8.1f MB | "
+      "%6.0f GB/s | %5.1f%% of copy | floor %7.1f us\n",
+      s.name, batch, ctx, plan.num_splits, us, burst_us, bytes / 1e6, gbs, 100.0 * gbs / copy_gbs,
+      bytes / (copy_gbs * 1e9) * 1e6);
 }
 
 void bench_prefill(const Shape& s, int batch, int len, int reps) {

@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "attention_problem.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_decode_plan.cuh"
 #include "common/error.h"
 #include "common/half_float.h"
-#include "backend/cpu/cpu_backend.h"
 
 namespace nanovllm::attention_test {
 namespace {
@@ -421,8 +421,8 @@ TEST_P(PrefillSweep, MixedBatch) {
   p.num_heads = 2 * sp.group;
   p.head_dim = sp.head_dim;
   p.block_size = sp.block_size;
-  p.seqs = {{1, 1}, {2, 2}, {17, 17}, {64, 64}, {65, 65}, {255, 255}, {256, 256}, {257, 257},
-            {37, 1000}, {1, 300}, {200, 456}};
+  p.seqs = {{1, 1},     {2, 2},     {17, 17},   {64, 64}, {65, 65},  {255, 255},
+            {256, 256}, {257, 257}, {37, 1000}, {1, 300}, {200, 456}};
   p.seed = 300 + sp.head_dim + sp.group * 7 + sp.block_size;
   expect_close(p, Kernel::kPrefill);
 }

@@ -73,7 +73,8 @@ class CudaGoldenTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(CudaGoldenTest, MatchesTransformersWithinBf16Tolerance) {
   std::vector<Prompt> prompts;
-  for (const json& p : fixture_["prompts"]) prompts.push_back(Prompt::from_tokens(p["prompt_token_ids"].get<std::vector<int32_t>>()));
+  for (const json& p : fixture_["prompts"])
+    prompts.push_back(Prompt::from_tokens(p["prompt_token_ids"].get<std::vector<int32_t>>()));
   SamplingParams sp;
   sp.temperature = 0.0f;
   sp.ignore_eos = true;
@@ -121,9 +122,10 @@ TEST_P(CudaGoldenTest, MatchesTransformersWithinBf16Tolerance) {
                   GetParam().c_str(), block_size, i, same, alone[0].token_ids.size());
     }
     const double mean = sum / std::max(count, 1L);
-    std::printf("[cuda golden %s block %d] prompt logprob |d| vs HF fp32: mean %.4f, max %.4f over %ld tokens; greedy "
-                "agreement before first divergence %ld/%ld\n",
-                GetParam().c_str(), block_size, mean, worst, count, agreed, compared);
+    std::printf(
+        "[cuda golden %s block %d] prompt logprob |d| vs HF fp32: mean %.4f, max %.4f over %ld tokens; greedy "
+        "agreement before first divergence %ld/%ld\n",
+        GetParam().c_str(), block_size, mean, worst, count, agreed, compared);
     EXPECT_LE(mean, kMeanTolerance);
   }
 }

@@ -19,7 +19,6 @@ namespace {
 
 using test::graph_time_us;
 
-
 struct Bench {
   CudaBackend& gpu;
   std::vector<Buffer> keep;
@@ -55,8 +54,8 @@ struct Bench {
   double time(const std::string& op, const std::string& shape, double bytes, const std::function<void(int)>& call) {
     const double us = graph_time_us(gpu, call);
     const double floor_us = bytes / (read_gbs * 1e9) * 1e6;
-    std::printf("%-20s %-26s %9.2f us  %9.2f us floor  %6.1f%%  %8.0f GB/s\n", op.c_str(), shape.c_str(), us,
-                floor_us, 100.0 * floor_us / us, bytes / (us * 1e-6) / 1e9);
+    std::printf("%-20s %-26s %9.2f us  %9.2f us floor  %6.1f%%  %8.0f GB/s\n", op.c_str(), shape.c_str(), us, floor_us,
+                100.0 * floor_us / us, bytes / (us * 1e-6) / 1e9);
     return us;
   }
 };
@@ -73,14 +72,17 @@ void run() {
   const Tensor head_norm = b.tensor(DType::BF16, {d});
   const Tensor rope = b.tensor(DType::F32, {max_pos, d});
   const int64_t num_blocks = 4096, block = 16;
-  KvCacheLayer cache{b.tensor(DType::BF16, {num_blocks, block, nkv, d}), b.tensor(DType::BF16, {num_blocks, block, nkv, d})};
+  KvCacheLayer cache{b.tensor(DType::BF16, {num_blocks, block, nkv, d}),
+                     b.tensor(DType::BF16, {num_blocks, block, nkv, d})};
   struct Weight {
     const char* name;
     int64_t n, k;
     std::vector<Tensor> copies;
   };
-  std::vector<Weight> weights = {{"qkv", (nh + 2 * nkv) * d, h, {}}, {"o_proj", h, nh * d, {}},
-                                 {"gate_up", 2 * inter, h, {}},      {"down", h, inter, {}}};
+  std::vector<Weight> weights = {{"qkv", (nh + 2 * nkv) * d, h, {}},
+                                 {"o_proj", h, nh * d, {}},
+                                 {"gate_up", 2 * inter, h, {}},
+                                 {"down", h, inter, {}}};
   for (auto& w : weights) {
     const int64_t bytes = w.n * w.k * 2;
     const int copies = static_cast<int>(std::max<int64_t>(2, (160ll << 20) / bytes + 1));  // > L2
@@ -136,7 +138,8 @@ void run() {
       Tensor tokens = b.tensor(DType::I32, {t});
       b.time("sample plain", ts, 4.0 * t * vocab, [&](int) { gpu.sample(logits, plain, tokens); });
       b.time("sample top-k/top-p", ts, 4.0 * t * vocab, [&](int) { gpu.sample(logits, filtered, tokens); });
-      Tensor lp = b.tensor(DType::F32, {t}), top_ids = b.tensor(DType::I32, {t, 20}), top_lp = b.tensor(DType::F32, {t, 20});
+      Tensor lp = b.tensor(DType::F32, {t}), top_ids = b.tensor(DType::I32, {t, 20}),
+             top_lp = b.tensor(DType::F32, {t, 20});
       b.time("logprobs k=20", ts, 4.0 * t * vocab, [&](int) { gpu.logprobs(logits, tokens, 20, lp, top_ids, top_lp); });
     }
   }

@@ -40,7 +40,8 @@ void run() {
   Buffer out = gpu.allocate(size_t{256} * 151936 * 4);
   {
     std::vector<float> host(size_t{256} * 12288);
-    for (size_t i = 0; i < host.size(); ++i) host[i] = 0.01f * static_cast<float>(static_cast<int>(i * 2654435761u % 201) - 100);
+    for (size_t i = 0; i < host.size(); ++i)
+      host[i] = 0.01f * static_cast<float>(static_cast<int>(i * 2654435761u % 201) - 100);
     gpu.upload_converted(host.data(), DType::F32, x.data(), static_cast<int64_t>(host.size()));
   }
   std::printf("%-12s %4s %9s %9s %9s %6s %5s\n", "op", "M", "floor us", "pick0 us", "best us", "gain", "rank");
@@ -69,7 +70,8 @@ void run() {
         if (r == 0) pick0 = us;
         if (best < 0 || us < best) best = us, best_rank = static_cast<int>(r);
       }
-      const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + static_cast<double>(dtype_size(s.out)) * m * s.n;
+      const double bytes =
+          static_cast<double>(w_bytes) + 2.0 * m * s.k + static_cast<double>(dtype_size(s.out)) * m * s.n;
       const double floor_us = bytes / (read_gbs * 1e3);
       if (pick0 < 0 || best < 0) {
         std::printf("%-12s %4d %9.1f %9s %9s %6s %5s  (pick #0 refused or nothing ran)\n", s.name, m, floor_us,

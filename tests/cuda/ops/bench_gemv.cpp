@@ -22,23 +22,22 @@ namespace {
 
 using test::graph_time_us;
 
-
-
 void run() {
   CudaBackend gpu(0);
   const double read_gbs = gpu.measure_read_bandwidth_gbs(size_t{2} << 30);
   int device = 0, sms = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  std::printf("%s, %d SMs, read bandwidth %.0f GB/s (floors use it); kGemvMaxTokens = %d\n",
-              gpu.device_name().c_str(), sms, read_gbs, cuda::kGemvMaxTokens);
+  std::printf("%s, %d SMs, read bandwidth %.0f GB/s (floors use it); kGemvMaxTokens = %d\n", gpu.device_name().c_str(),
+              sms, read_gbs, cuda::kGemvMaxTokens);
   Buffer workspace = gpu.allocate(32u << 20);
   cuda::Gemm gemm(workspace.data(), workspace.bytes());
   std::vector<Buffer> keep;
   auto fill = [&](int64_t elements) {
     keep.push_back(gpu.allocate(static_cast<size_t>(elements) * 2));
     std::vector<float> host(static_cast<size_t>(elements));
-    for (size_t i = 0; i < host.size(); ++i) host[i] = 0.01f * static_cast<float>(static_cast<int>(i * 2654435761u % 201) - 100);
+    for (size_t i = 0; i < host.size(); ++i)
+      host[i] = 0.01f * static_cast<float>(static_cast<int>(i * 2654435761u % 201) - 100);
     gpu.upload_converted(host.data(), DType::F32, keep.back().data(), elements);
     return static_cast<const __nv_bfloat16*>(keep.back().data());
   };
@@ -48,14 +47,16 @@ void run() {
     int n, k;
     DType out;
   };
-  const Shape shapes[] = {{"qkv", 4096, 1024, DType::BF16},   {"o_proj", 1024, 2048, DType::BF16},
-                          {"gate_up", 6144, 1024, DType::BF16}, {"down", 1024, 3072, DType::BF16},
+  const Shape shapes[] = {{"qkv", 4096, 1024, DType::BF16},
+                          {"o_proj", 1024, 2048, DType::BF16},
+                          {"gate_up", 6144, 1024, DType::BF16},
+                          {"down", 1024, 3072, DType::BF16},
                           {"lm_head", 151936, 1024, DType::F32}};
   // "overlap us": the GEMV launched as a programmatic dependent launch; back to back in this graph, each call
   // starts streaming its weights while the previous GEMV finishes (an upper bound on what the decode step,
   // where the previous kernel is a norm or attention, gets from it).
-  std::printf("%-8s %4s  %10s %10s %9s  %10s %9s  %8s  %10s\n", "op", "T", "floor us", "gemv us", "GB/s",
-              "cublas us", "GB/s", "speedup", "overlap us");
+  std::printf("%-8s %4s  %10s %10s %9s  %10s %9s  %8s  %10s\n", "op", "T", "floor us", "gemv us", "GB/s", "cublas us",
+              "GB/s", "speedup", "overlap us");
   for (const Shape& s : shapes) {
     const double w_bytes = 2.0 * s.n * s.k;
     const int copies = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>((160ll << 20) / w_bytes) + 1));
@@ -84,8 +85,8 @@ void run() {
         std::printf("%-8s %4d  %10.2f %10.2f %9.0f  %10.2f %9.0f  %7.2fx  %10.2f\n", s.name, t, floor_us, plain,
                     bytes / (plain * 1e3), cublas_us, bytes / (cublas_us * 1e3), cublas_us / plain, overlapped);
       } else {
-        std::printf("%-8s %4d  %10.2f %10s %9s  %10.2f %9.0f  (above kGemvMaxTokens)\n", s.name, t, floor_us, "-",
-                    "-", cublas_us, bytes / (cublas_us * 1e3));
+        std::printf("%-8s %4d  %10.2f %10s %9s  %10.2f %9.0f  (above kGemvMaxTokens)\n", s.name, t, floor_us, "-", "-",
+                    cublas_us, bytes / (cublas_us * 1e3));
       }
     }
   }

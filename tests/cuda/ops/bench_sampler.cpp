@@ -113,8 +113,7 @@ void run() {
     for (const auto& [name, logits] : {std::pair<const char*, const Tensor*>{"peaked", &peaked}, {"flat", &flat}}) {
       const std::string tag = std::string(" (") + name + ")";
       b.time("sample T=0.6" + tag, rows, [&] { gpu.sample(*logits, plain, tokens); });
-      b.time("sample T=0.6 chunked path" + tag, rows,
-             [&] { via(*logits, plain, cuda::PlainSamplerPath::kChunked); });
+      b.time("sample T=0.6 chunked path" + tag, rows, [&] { via(*logits, plain, cuda::PlainSamplerPath::kChunked); });
       b.time("sample greedy" + tag, rows, [&] { gpu.sample(*logits, greedy, tokens); });
       b.time("sample T=0.6 min_p=0.05" + tag, rows, [&] { gpu.sample(*logits, min_p, tokens); });
       b.time("sample top_k=50 top_p=0.9" + tag, rows, [&] { gpu.sample(*logits, top_k_top_p, tokens); });

@@ -1,6 +1,6 @@
 #pragma once
-// What the op benchmarks (bench_cuda_ops, bench_gemv, bench_sampler, bench_gemm_algos) share: limits sized for Qwen3-0.6B and a
-// timer that runs a call as the engine does (captured in a CUDA graph).
+// What the op benchmarks (bench_cuda_ops, bench_gemv, bench_sampler, bench_gemm_algos) share: limits sized for
+// Qwen3-0.6B and a timer that runs a call as the engine does (captured in a CUDA graph).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -56,8 +56,8 @@ class SamplerTest : public CudaOpsTest {
     std::vector<float> key;
     std::vector<int32_t> token;
   };
-  static std::vector<float> shard_columns(const std::vector<float>& logits, int64_t vocab, int64_t rows,
-                                          int64_t begin, int64_t chunk, float pad) {
+  static std::vector<float> shard_columns(const std::vector<float>& logits, int64_t vocab, int64_t rows, int64_t begin,
+                                          int64_t chunk, float pad) {
     const int64_t valid = shard_valid(vocab, begin, chunk);
     std::vector<float> part(static_cast<size_t>(rows * chunk), pad);
     for (int64_t r = 0; r < rows; ++r) {
@@ -69,22 +69,22 @@ class SamplerTest : public CudaOpsTest {
   static int64_t shard_valid(int64_t vocab, int64_t begin, int64_t chunk) {
     return std::clamp<int64_t>(vocab - begin, 0, chunk);
   }
-  ShardPicks sample_shard_gpu(const std::vector<float>& logits, int64_t vocab, int64_t begin, int64_t chunk,
-                              float pad, const SamplerRows& r) {
+  ShardPicks sample_shard_gpu(const std::vector<float>& logits, int64_t vocab, int64_t begin, int64_t chunk, float pad,
+                              const SamplerRows& r) {
     const int64_t rows = r.rows();
     Tensor key = gpu_empty(DType::F32, {rows});
     Tensor token = gpu_empty(DType::I32, {rows});
-    gpu().sample_shard(gpu_raw(shard_columns(logits, vocab, rows, begin, chunk, pad), DType::F32, {rows, chunk}),
-                       begin, shard_valid(vocab, begin, chunk), gpu_inputs(r), key, token);
+    gpu().sample_shard(gpu_raw(shard_columns(logits, vocab, rows, begin, chunk, pad), DType::F32, {rows, chunk}), begin,
+                       shard_valid(vocab, begin, chunk), gpu_inputs(r), key, token);
     return {read_gpu(key), read_gpu_i32(token)};
   }
-  ShardPicks sample_shard_cpu(const std::vector<float>& logits, int64_t vocab, int64_t begin, int64_t chunk,
-                              float pad, const SamplerRows& r) {
+  ShardPicks sample_shard_cpu(const std::vector<float>& logits, int64_t vocab, int64_t begin, int64_t chunk, float pad,
+                              const SamplerRows& r) {
     const int64_t rows = r.rows();
     Tensor key = cpu_empty(DType::F32, {rows});
     Tensor token = cpu_empty(DType::I32, {rows});
-    cpu().sample_shard(cpu_raw(shard_columns(logits, vocab, rows, begin, chunk, pad), DType::F32, {rows, chunk}),
-                       begin, shard_valid(vocab, begin, chunk), cpu_inputs(r), key, token);
+    cpu().sample_shard(cpu_raw(shard_columns(logits, vocab, rows, begin, chunk, pad), DType::F32, {rows, chunk}), begin,
+                       shard_valid(vocab, begin, chunk), cpu_inputs(r), key, token);
     return {read_cpu(key), std::vector<int32_t>(token.as<int32_t>(), token.as<int32_t>() + rows)};
   }
   // The engine's merge (Backend::merge_shard_pick, then ShardPick::sampled_token).

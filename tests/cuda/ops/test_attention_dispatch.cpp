@@ -18,8 +18,12 @@ struct AttentionCase {
 
 class AttentionDispatchTest : public CudaOpsTest {
  protected:
-  Tensor gpu_raw_i32(const std::vector<int32_t>& v, std::initializer_list<int64_t> d) { return gpu_raw(v, DType::I32, d); }
-  Tensor cpu_raw_i32(const std::vector<int32_t>& v, std::initializer_list<int64_t> d) { return cpu_raw(v, DType::I32, d); }
+  Tensor gpu_raw_i32(const std::vector<int32_t>& v, std::initializer_list<int64_t> d) {
+    return gpu_raw(v, DType::I32, d);
+  }
+  Tensor cpu_raw_i32(const std::vector<int32_t>& v, std::initializer_list<int64_t> d) {
+    return cpu_raw(v, DType::I32, d);
+  }
 
   void run(const AttentionCase& c) {
     const int num_seqs = static_cast<int>(c.q_lens.size());
@@ -45,14 +49,28 @@ class AttentionDispatchTest : public CudaOpsTest {
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     const bool decode = max_q == 1 && std::all_of(c.q_lens.begin(), c.q_lens.end(), [](int x) { return x == 1; });
 
-    AttentionBatch gb{gpu_raw_i32(cu_q, {num_seqs + 1}), gpu_raw_i32(k_lens, {num_seqs}), gpu_raw_i32(tables, {num_seqs, max_blocks}),
-                      num_seqs, max_q, max_k, max_blocks, bs, decode};
+    AttentionBatch gb{gpu_raw_i32(cu_q, {num_seqs + 1}),
+                      gpu_raw_i32(k_lens, {num_seqs}),
+                      gpu_raw_i32(tables, {num_seqs, max_blocks}),
+                      num_seqs,
+                      max_q,
+                      max_k,
+                      max_blocks,
+                      bs,
+                      decode};
     KvCacheLayer gcache{gpu_bf16(k, {num_blocks, bs, nkv, d}), gpu_bf16(v, {num_blocks, bs, nkv, d})};
     Tensor gout = gpu_empty(DType::BF16, {tokens, nh * d});
     gpu().paged_attention(gpu_bf16(q, {tokens, nh * d}), gcache, gb, nh, nkv, d, scale, gout);
 
-    AttentionBatch cb{cpu_raw_i32(cu_q, {num_seqs + 1}), cpu_raw_i32(k_lens, {num_seqs}), cpu_raw_i32(tables, {num_seqs, max_blocks}),
-                      num_seqs, max_q, max_k, max_blocks, bs, decode};
+    AttentionBatch cb{cpu_raw_i32(cu_q, {num_seqs + 1}),
+                      cpu_raw_i32(k_lens, {num_seqs}),
+                      cpu_raw_i32(tables, {num_seqs, max_blocks}),
+                      num_seqs,
+                      max_q,
+                      max_k,
+                      max_blocks,
+                      bs,
+                      decode};
     KvCacheLayer ccache{cpu_f32(k, {num_blocks, bs, nkv, d}), cpu_f32(v, {num_blocks, bs, nkv, d})};
     Tensor cout_ = cpu_empty(DType::F32, {tokens, nh * d});
     cpu().paged_attention(cpu_f32(q, {tokens, nh * d}), ccache, cb, nh, nkv, d, scale, cout_);

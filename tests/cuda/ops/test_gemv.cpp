@@ -19,8 +19,8 @@ struct GemvShape {
 };
 
 std::string describe(int t, int n, int k, bool bias, DType out) {
-  return "T=" + std::to_string(t) + " N=" + std::to_string(n) + " K=" + std::to_string(k) +
-         (bias ? " bias" : "") + (out == DType::F32 ? " f32-out" : " bf16-out");
+  return "T=" + std::to_string(t) + " N=" + std::to_string(n) + " K=" + std::to_string(k) + (bias ? " bias" : "") +
+         (out == DType::F32 ? " f32-out" : " bf16-out");
 }
 
 class GemvTest : public CudaOpsTest {
@@ -49,8 +49,14 @@ class GemvTest : public CudaOpsTest {
         const auto reference = read_cpu(want);
         for (DType out_dtype : {DType::BF16, DType::F32}) {
           Tensor out = gpu_empty(out_dtype, {t, n});  // NaN-poisoned
-          const cuda::GemvArgs args{gpu_x.as<__nv_bfloat16>(), gpu_w.as<__nv_bfloat16>(),
-                                    bias ? gpu_b.as<__nv_bfloat16>() : nullptr, out.data, out_dtype, t, n, k};
+          const cuda::GemvArgs args{gpu_x.as<__nv_bfloat16>(),
+                                    gpu_w.as<__nv_bfloat16>(),
+                                    bias ? gpu_b.as<__nv_bfloat16>() : nullptr,
+                                    out.data,
+                                    out_dtype,
+                                    t,
+                                    n,
+                                    k};
           ASSERT_TRUE(cuda::gemv_supports(args)) << describe(t, n, k, bias, out_dtype);
           cuda::launch_gemv(args, sms, gpu().stream());
           expect_rel_l2(read_gpu(out), reference, out_dtype == DType::F32 ? 1e-4 : 1e-2,

@@ -21,13 +21,13 @@ class LogprobsTest : public CudaOpsTest {
     Tensor g_target = gpu_empty(DType::F32, {rows});
     Tensor g_ids = k > 0 ? gpu_empty(DType::I32, {rows, k}) : Tensor();
     Tensor g_top = k > 0 ? gpu_empty(DType::F32, {rows, k}) : Tensor();
-    gpu().logprobs(gpu_raw(logits, DType::F32, {rows, vocab}), gpu_raw(targets, DType::I32, {rows}), k, g_target,
-                   g_ids, g_top);
+    gpu().logprobs(gpu_raw(logits, DType::F32, {rows, vocab}), gpu_raw(targets, DType::I32, {rows}), k, g_target, g_ids,
+                   g_top);
     Tensor c_target = cpu_empty(DType::F32, {rows});
     Tensor c_ids = k > 0 ? cpu_empty(DType::I32, {rows, k}) : Tensor();
     Tensor c_top = k > 0 ? cpu_empty(DType::F32, {rows, k}) : Tensor();
-    cpu().logprobs(cpu_raw(logits, DType::F32, {rows, vocab}), cpu_raw(targets, DType::I32, {rows}), k, c_target,
-                   c_ids, c_top);
+    cpu().logprobs(cpu_raw(logits, DType::F32, {rows, vocab}), cpu_raw(targets, DType::I32, {rows}), k, c_target, c_ids,
+                   c_top);
     Results r;
     r.gpu_target = read_gpu(g_target);
     r.cpu_target = read_cpu(c_target);
@@ -52,8 +52,8 @@ class LogprobsTest : public CudaOpsTest {
     for (auto& t : targets) t = static_cast<int32_t>(rng_() % vocab);
     if (rows > 2) targets[2] = -1;  // a row without a target
 
-    const std::string what = "rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) + " k " +
-                             std::to_string(k);
+    const std::string what =
+        "rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) + " k " + std::to_string(k);
     const Results res = run_both(logits, targets, rows, vocab, k);
     const auto& gt = res.gpu_target;
     const auto& ct = res.cpu_target;
@@ -112,8 +112,8 @@ TEST_F(LogprobsTest, TiesAndMaskedTokens) {
   const int rows = 3, k = 20;
   std::vector<float> logits(rows * vocab);
   for (int64_t i = 0; i < vocab; ++i) {
-    logits[i] = 1.0f;                                                          // row 0: all tied
-    logits[vocab + i] = static_cast<float>(i % 3);                             // row 1: three values
+    logits[i] = 1.0f;                                                                // row 0: all tied
+    logits[vocab + i] = static_cast<float>(i % 3);                                   // row 1: three values
     logits[2 * vocab + i] = i % 1000 == 7 ? static_cast<float>(i % 13) : -INFINITY;  // row 2: mostly masked
   }
   std::vector<int32_t> targets = {5, 2, 7};

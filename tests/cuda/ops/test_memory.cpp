@@ -41,7 +41,7 @@ TEST_F(CudaOpsTest, UploadConvertedMatchesHostRounding) {
   }
   for (DType src : {DType::F32, DType::F16, DType::BF16}) {
     Tensor dst = gpu_empty(DType::BF16, {n});
-    const void* host = src == DType::F32 ? static_cast<const void*>(f32.data())
+    const void* host = src == DType::F32   ? static_cast<const void*>(f32.data())
                        : src == DType::F16 ? static_cast<const void*>(f16.data())
                                            : static_cast<const void*>(bf16.data());
     gpu().upload_converted(host, src, dst.data, n);

@@ -24,7 +24,8 @@ TEST_F(CudaOpsTest, EmbeddingIsExact) {
         gpu().embedding(gpu_raw(ids, DType::I32, {tokens}), gpu_bf16(table, {vocab, hidden}), start, out);
         Tensor cpu_out = cpu_empty(DType::F32, {tokens, hidden});
         cpu().embedding(cpu_raw(ids, DType::I32, {tokens}), cpu_f32(table, {vocab, hidden}), start, cpu_out);
-        EXPECT_EQ(read_gpu(out), read_cpu(cpu_out)) << "hidden " << hidden << " tokens " << tokens << " start " << start;
+        EXPECT_EQ(read_gpu(out), read_cpu(cpu_out))
+            << "hidden " << hidden << " tokens " << tokens << " start " << start;
       }
     }
   }
@@ -72,8 +73,8 @@ TEST_F(CudaOpsTest, AddRmsNormMatchesCpuAndUpdatesResidual) {
         Tensor cres = cpu_f32(residual, {tokens, hidden});
         Tensor cpu_out = cpu_empty(DType::F32, {tokens, hidden});
         cpu().add_rms_norm(cpu_f32(x, {tokens, hidden}), cres, cpu_f32(w, {hidden}), 1e-6f, cpu_out);
-        const std::string what = "H=" + std::to_string(hidden) + " T=" + std::to_string(tokens) +
-                                 (in_place ? " in place" : "");
+        const std::string what =
+            "H=" + std::to_string(hidden) + " T=" + std::to_string(tokens) + (in_place ? " in place" : "");
         expect_rel_l2(read_gpu(gres), read_cpu(cres), kBf16Tolerance, "add_rms_norm residual " + what);
         expect_rel_l2(read_gpu(out), read_cpu(cpu_out), kBf16Tolerance, "add_rms_norm out " + what);
       }
@@ -115,7 +116,8 @@ TEST_F(CudaOpsTest, GatherRowsIsExact) {
       Tensor outf = gpu_empty(DType::F32, {rows, width});
       gpu().gather_rows(gpu_raw(xf, DType::F32, {tokens, width}), gpu_raw(idx, DType::I32, {rows}), outf);
       std::vector<float> want;
-      for (int32_t r : idx) want.insert(want.end(), xf.begin() + int64_t{r} * width, xf.begin() + int64_t{r + 1} * width);
+      for (int32_t r : idx)
+        want.insert(want.end(), xf.begin() + int64_t{r} * width, xf.begin() + int64_t{r + 1} * width);
       EXPECT_EQ(read_gpu(outf), want);
     }
   }

@@ -55,17 +55,16 @@ TEST_P(RopeKvTest, MatchesCpu) {
                       gpu_bf16(v_init, {num_blocks, c.block_size, nkv, d})};
   Tensor gq = gpu_empty(DType::BF16, {t, nh * d});
   gpu().qk_norm_rope_cache(gpu_bf16(qkv, {t, qkv_width}), c.qk_norm ? gpu_bf16(q_norm, {d}) : Tensor(),
-                           c.qk_norm ? gpu_bf16(k_norm, {d}) : Tensor(), 1e-6f,
-                           gpu_raw(positions, DType::I32, {t}), gpu_raw(rope, DType::F32, {max_pos, d}),
-                           gpu_raw(slot_mapping, DType::I32, {t}), nh, nkv, d, gcache, gq);
+                           c.qk_norm ? gpu_bf16(k_norm, {d}) : Tensor(), 1e-6f, gpu_raw(positions, DType::I32, {t}),
+                           gpu_raw(rope, DType::F32, {max_pos, d}), gpu_raw(slot_mapping, DType::I32, {t}), nh, nkv, d,
+                           gcache, gq);
 
   KvCacheLayer ccache{cpu_f32(k_init, {num_blocks, c.block_size, nkv, d}),
                       cpu_f32(v_init, {num_blocks, c.block_size, nkv, d})};
   Tensor cq = cpu_empty(DType::F32, {t, nh * d});
   cpu().qk_norm_rope_cache(cpu_f32(qkv, {t, qkv_width}), c.qk_norm ? cpu_f32(q_norm, {d}) : Tensor(),
-                           c.qk_norm ? cpu_f32(k_norm, {d}) : Tensor(), 1e-6f,
-                           cpu_raw(positions, DType::I32, {t}), cpu_f32(rope, {max_pos, d}),
-                           cpu_raw(slot_mapping, DType::I32, {t}), nh, nkv, d, ccache, cq);
+                           c.qk_norm ? cpu_f32(k_norm, {d}) : Tensor(), 1e-6f, cpu_raw(positions, DType::I32, {t}),
+                           cpu_f32(rope, {max_pos, d}), cpu_raw(slot_mapping, DType::I32, {t}), nh, nkv, d, ccache, cq);
 
   expect_rel_l2(read_gpu(gq), read_cpu(cq), 1e-2, "q");
   expect_rel_l2(read_gpu(gcache.k), read_cpu(ccache.k), 1e-2, "k cache");
@@ -95,7 +94,7 @@ std::vector<RopeCase> rope_cases() {
       }
     }
   }
-  cases.push_back({17, 16, 8, 128, 16, false});  // Qwen2: no q/k norm
+  cases.push_back({17, 16, 8, 128, 16, false});   // Qwen2: no q/k norm
   cases.push_back({129, 16, 8, 128, 256, true});  // Qwen3-0.6B heads
   cases.push_back({5, 8, 1, 256, 32, true});      // head_dim 256
   return cases;

@@ -46,14 +46,30 @@ SamplerRows mixed_rows(int rows, int32_t step_base) {
   for (int i = 0; i < rows; ++i) {
     const float t = temps[i % 4];
     switch (i % 8) {
-      case 0: r.add(t, -1, 1.0f, 0.0f, 1000 + i, step_base + i); break;
-      case 1: r.add(t, -1, 1.0f, 0.05f, 1000 + i, step_base + i); break;
-      case 2: r.add(t, 50, 1.0f, 0.0f, 1000 + i, step_base + i); break;
-      case 3: r.add(t, -1, 0.9f, 0.0f, 1000 + i, step_base + i); break;
-      case 4: r.add(t, 20, 0.8f, 0.02f, 1000 + i, step_base + i); break;
-      case 5: r.add(t, 1000, 0.95f, 0.0f, 1000 + i, step_base + i); break;
-      case 6: r.add(t, 0, 0.5f, 0.1f, 1000 + i, step_base + i); break;
-      default: r.add(0.0f, -1, 1.0f, 0.0f, 1000 + i, step_base + i); break;
+      case 0:
+        r.add(t, -1, 1.0f, 0.0f, 1000 + i, step_base + i);
+        break;
+      case 1:
+        r.add(t, -1, 1.0f, 0.05f, 1000 + i, step_base + i);
+        break;
+      case 2:
+        r.add(t, 50, 1.0f, 0.0f, 1000 + i, step_base + i);
+        break;
+      case 3:
+        r.add(t, -1, 0.9f, 0.0f, 1000 + i, step_base + i);
+        break;
+      case 4:
+        r.add(t, 20, 0.8f, 0.02f, 1000 + i, step_base + i);
+        break;
+      case 5:
+        r.add(t, 1000, 0.95f, 0.0f, 1000 + i, step_base + i);
+        break;
+      case 6:
+        r.add(t, 0, 0.5f, 0.1f, 1000 + i, step_base + i);
+        break;
+      default:
+        r.add(0.0f, -1, 1.0f, 0.0f, 1000 + i, step_base + i);
+        break;
     }
   }
   return r;
@@ -70,8 +86,7 @@ class SeededSampling : public SamplerTest {
     for (int i = 0; i < rows; ++i) {
       if (got[i] != want[i]) {
         ++mismatches;
-        std::printf("vocab %ld row %d (case %d): gpu %d cpu %d\n", static_cast<long>(vocab), i, i % 8, got[i],
-                    want[i]);
+        std::printf("vocab %ld row %d (case %d): gpu %d cpu %d\n", static_cast<long>(vocab), i, i % 8, got[i], want[i]);
       }
     }
     // Both draw the same noise; only an fp32 near-tie (log / exp ulps differ) may flip a row.
@@ -203,7 +218,8 @@ TEST_F(SamplerTest, EmpiricalDistributionMatchesFilteredSoftmax) {
     for (int64_t i = 0; i < vocab; ++i) zmax = std::max(zmax, static_cast<double>(base[i] / f.temperature));
     std::vector<int> order(vocab);
     for (int64_t i = 0; i < vocab; ++i) order[i] = static_cast<int>(i);
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return base[a] > base[b] || (base[a] == base[b] && a < b); });
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return base[a] > base[b] || (base[a] == base[b] && a < b); });
     std::vector<int> kept;
     for (int i : order) {
       const double e = std::exp(base[i] / f.temperature - zmax);
@@ -252,7 +268,6 @@ TEST_F(SamplerTest, EmpiricalDistributionMatchesFilteredSoftmax) {
   }
 }
 
-
 // --- many rows, both plain paths, the filtered path's fallbacks ---
 
 std::vector<int32_t> sample_via(SamplerTest& t, CudaBackend& gpu, const Tensor& logits, const SamplerInputs& in,
@@ -271,10 +286,18 @@ SamplerRows plain_rows(int rows, int32_t step_base) {
   SamplerRows r;
   for (int i = 0; i < rows; ++i) {
     switch (i % 4) {
-      case 0: r.add(0.6f, -1, 1.0f, 0.0f, 7000 + i, step_base + i); break;
-      case 1: r.add(1.0f, 0, 1.0f, 0.05f, 7000 + i, step_base + i); break;
-      case 2: r.add(0.0f, -1, 1.0f, 0.0f, 7000 + i, step_base + i); break;
-      default: r.add(1.7f, -1, 1.0f, 0.0f, 7000 + i, step_base + i); break;
+      case 0:
+        r.add(0.6f, -1, 1.0f, 0.0f, 7000 + i, step_base + i);
+        break;
+      case 1:
+        r.add(1.0f, 0, 1.0f, 0.05f, 7000 + i, step_base + i);
+        break;
+      case 2:
+        r.add(0.0f, -1, 1.0f, 0.0f, 7000 + i, step_base + i);
+        break;
+      default:
+        r.add(1.7f, -1, 1.0f, 0.0f, 7000 + i, step_base + i);
+        break;
     }
   }
   return r;
@@ -283,8 +306,8 @@ SamplerRows plain_rows(int rows, int32_t step_base) {
 class PlainPaths : public SamplerTest {
  protected:
   // Both paths on the same inputs: identical tokens; and the CPU's within `cpu_mismatches`.
-  void expect_paths_agree(const std::vector<float>& logits, int64_t vocab, const SamplerRows& r,
-                          int cpu_mismatches, const std::string& what) {
+  void expect_paths_agree(const std::vector<float>& logits, int64_t vocab, const SamplerRows& r, int cpu_mismatches,
+                          const std::string& what) {
     const int64_t rows = r.rows();
     const Tensor g_logits = gpu_raw(logits, DType::F32, {rows, vocab});
     const SamplerInputs in = gpu_inputs(r);
@@ -433,8 +456,8 @@ TEST_F(SamplerTest, FilteredCandidateOverflowMatchesCpu) {
   for (int r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < vocab; ++i) {
       const int64_t group = i / 4, thread = group % 512, m = group / 512, q = i % 4;
-      logits[r * vocab + i] = thread < 100 ? 20.0f + 0.05f * static_cast<float>(m) + 0.01f * static_cast<float>(q)
-                                           : dist(rng_);
+      logits[r * vocab + i] =
+          thread < 100 ? 20.0f + 0.05f * static_cast<float>(m) + 0.01f * static_cast<float>(q) : dist(rng_);
     }
   }
   SamplerRows rs;
@@ -486,7 +509,6 @@ TEST_F(SamplerTest, FilteredSmallVocabManyRows) {
     EXPECT_LE(mismatches, 1) << "vocab " << vocab;
   }
 }
-
 
 // --- sample_shard: sample()'s pick on one vocabulary shard (tensor parallelism) ---
 
@@ -540,8 +562,8 @@ class ShardedSampling : public SamplerTest {
   void check_split(const std::vector<float>& logits, int64_t vocab, const SamplerRows& r, int parts) {
     const int64_t rows = r.rows();
     const int64_t chunk = (vocab + parts - 1) / parts;
-    const std::string what = "vocab " + std::to_string(vocab) + " rows " + std::to_string(rows) + " P " +
-                             std::to_string(parts);
+    const std::string what =
+        "vocab " + std::to_string(vocab) + " rows " + std::to_string(rows) + " P " + std::to_string(parts);
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu().device_index());
     const SamplerInputs in = gpu_inputs(r);
@@ -554,8 +576,8 @@ class ShardedSampling : public SamplerTest {
       Tensor token = gpu_empty(DType::I32, {rows});
       gpu().sample_shard(part, begin, valid, in, key, token);
       const ShardPicks got{read_gpu(key), read_gpu_i32(token)};
-      Buffer workspace =
-          gpu().allocate(std::max<size_t>(cuda::sampler_workspace_bytes(static_cast<int>(rows), static_cast<int>(valid)), 16));
+      Buffer workspace = gpu().allocate(
+          std::max<size_t>(cuda::sampler_workspace_bytes(static_cast<int>(rows), static_cast<int>(valid)), 16));
       const ShardPicks chunked = shard_via(part, begin, valid, in, workspace, cuda::PlainSamplerPath::kChunked);
       EXPECT_EQ(chunked.token, got.token) << shard << ": the chunked path";
       EXPECT_EQ(chunked.key, got.key) << shard << ": the chunked path";

@@ -257,11 +257,12 @@ TEST(NcclCommunicator, FusedAllReduceAddRmsNormEqualsTheUnfusedPath) {
   };
   for (int size = 2; size <= gpus; size *= 2) {
     Group g(size);
-    for (const Shape shape : {Shape{1, 4096}, Shape{3, 1032}, Shape{129, 4096}, Shape{257, 2056}, Shape{129, 5120},
-                              Shape{64, 16384}}) {
+    for (const Shape shape :
+         {Shape{1, 4096}, Shape{3, 1032}, Shape{129, 4096}, Shape{257, 2056}, Shape{129, 5120}, Shape{64, 16384}}) {
       const int64_t T = shape.rows, H = shape.hidden, n = T * H;
-      const bool fused_expected = peers_reach_each_other(size) &&
-                                  static_cast<size_t>(size - 1) * static_cast<size_t>(n) * 2 <= PeerAllReduce::kMaxPushedBytes;
+      const bool fused_expected =
+          peers_reach_each_other(size) &&
+          static_cast<size_t>(size - 1) * static_cast<size_t>(n) * 2 <= PeerAllReduce::kMaxPushedBytes;
       constexpr int kReplays = 3;
       std::mt19937 rng(static_cast<unsigned>(T * 7 + H + size));
       // Per replay and rank: the two partial sums; per replay: the starting residual; two norm weights.
@@ -351,8 +352,8 @@ TEST(NcclCommunicator, FusedAllReduceAddRmsNormEqualsTheUnfusedPath) {
       for (int k = 0; k < kReplays; ++k) {
         for (int r = 0; r < size; ++r) {
           for (int o = 0; o < 3; ++o) {
-            ASSERT_EQ(fused[k][r][o], unfused[k][r][o]) << "size " << size << " " << T << "x" << H << " replay " << k
-                                                         << " rank " << r << " output " << o;
+            ASSERT_EQ(fused[k][r][o], unfused[k][r][o])
+                << "size " << size << " " << T << "x" << H << " replay " << k << " rank " << r << " output " << o;
             ASSERT_EQ(fused[k][r][o], fused[k][0][o]) << "ranks disagree";
           }
         }
@@ -363,8 +364,8 @@ TEST(NcclCommunicator, FusedAllReduceAddRmsNormEqualsTheUnfusedPath) {
           for (int64_t j = 0; j < H; ++j) {
             float delta = 0;
             for (int r = 0; r < size; ++r) delta += bf16_to_float(xa[k][r][t * H + j]);
-            const float res = bf16_to_float(float_to_bf16(bf16_to_float(residual0[k][t * H + j]) +
-                                                          bf16_to_float(float_to_bf16(delta))));
+            const float res = bf16_to_float(
+                float_to_bf16(bf16_to_float(residual0[k][t * H + j]) + bf16_to_float(float_to_bf16(delta))));
             row[j] = res;
             sum_sq += row[j] * row[j];
           }

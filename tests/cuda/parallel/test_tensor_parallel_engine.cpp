@@ -6,9 +6,9 @@
 // every token |Δ| <= 0.15 nats, mean <= 0.04) applies to each. Their difference is bounded by twice that in
 // the worst case; we take √2 times (0.212 per token, 0.057 mean), as for independent errors, which sits above
 // what the 36-layer 8B shape measured (max 0.16-0.18, mean 0.042-0.043: the first run used 0.15 / 0.04 and
-// missed). A sharding bug gives O(1) errors, and the CPU golden tests check the sharded math in fp32 to 1e-3. Greedy tokens must agree up to the first step where TP 1's top-2
-// margin is under 0.1 nats (a near-tie that rounding may flip).
-// Faults: a rank that runs out of memory is reported, naming the rank, within seconds; the next engine works.
+// missed). A sharding bug gives O(1) errors, and the CPU golden tests check the sharded math in fp32 to 1e-3. Greedy
+// tokens must agree up to the first step where TP 1's top-2 margin is under 0.1 nats (a near-tie that rounding may
+// flip). Faults: a rank that runs out of memory is reported, naming the rank, within seconds; the next engine works.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -60,7 +60,8 @@ class TensorParallelEngineTest : public ::testing::TestWithParam<ModelCase> {
       }
     } else {
       model_ = fs::path(env_or("NANOVLLM_GOLDEN_DIR", NANOVLLM_GOLDEN_DIR_DEFAULT)) / GetParam().name;
-      const fs::path fixture = fs::path(env_or("NANOVLLM_FIXTURE_DIR", NANOVLLM_FIXTURE_DIR)) / (GetParam().name + ".json");
+      const fs::path fixture =
+          fs::path(env_or("NANOVLLM_FIXTURE_DIR", NANOVLLM_FIXTURE_DIR)) / (GetParam().name + ".json");
       if (!fs::exists(model_ / "config.json") || !fs::exists(fixture)) GTEST_SKIP() << "no checkpoint or fixture";
       std::ifstream in(fixture);
       const json parsed = json::parse(in);
@@ -132,16 +133,18 @@ TEST_P(TensorParallelEngineTest, MatchesOneGpu) {
       }
     }
     const double mean = sum / std::max(count, 1L);
-    std::printf("[tp %s] tp %d vs tp 1: prompt logprob |d| mean %.4f, max %.4f over %ld tokens; greedy agreement "
-                "before first divergence %ld/%ld\n",
-                GetParam().name.c_str(), size, mean, worst, count, agreed, compared);
+    std::printf(
+        "[tp %s] tp %d vs tp 1: prompt logprob |d| mean %.4f, max %.4f over %ld tokens; greedy agreement "
+        "before first divergence %ld/%ld\n",
+        GetParam().name.c_str(), size, mean, worst, count, agreed, compared);
     EXPECT_LE(mean, kMeanTolerance);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallelEngineTest,
-                         ::testing::Values(ModelCase{"golden_tied_gqa2", {2}}, ModelCase{"golden_untied_sharded", {2, 4}},
-                                           ModelCase{"qwen2_bias", {2}}, ModelCase{"qwen3_8b_dummy", {2, 4}}),
+                         ::testing::Values(ModelCase{"golden_tied_gqa2", {2}},
+                                           ModelCase{"golden_untied_sharded", {2, 4}}, ModelCase{"qwen2_bias", {2}},
+                                           ModelCase{"qwen3_8b_dummy", {2, 4}}),
                          [](const auto& info) { return info.param.name; });
 
 // GPU 1 is nearly full before the engine starts: rank 1 cannot get its KV cache while rank 0 waits for it in
