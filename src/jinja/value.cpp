@@ -142,7 +142,7 @@ void to_json_impl(const Value& v, std::string& out, int indent, int depth) {
   auto newline = [&](int d) {
     if (indent < 0) return;
     out += '\n';
-    out.append(static_cast<size_t>(indent * d), ' ');
+    out.append(static_cast<size_t>(indent) * static_cast<size_t>(d), ' ');
   };
   const char* item_sep = indent < 0 ? ", " : ",";
   if (v.is_undefined() || v.is_none()) {

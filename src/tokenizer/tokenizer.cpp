@@ -206,9 +206,10 @@ struct Tokenizer::Impl {
   void build_id_tables(const std::unordered_map<std::string, int32_t>& vocab, const std::vector<AddedToken>& added,
                        int32_t max_id) {
     const ByteLevelAlphabet alphabet;
-    id_to_text.assign(static_cast<size_t>(max_id + 1), std::string());
-    id_to_bytes.assign(static_cast<size_t>(max_id + 1), std::string());
-    special.assign(static_cast<size_t>(max_id + 1), 0);
+    const size_t table_size = static_cast<size_t>(max_id) + 1;
+    id_to_text.assign(table_size, std::string());
+    id_to_bytes.assign(table_size, std::string());
+    special.assign(table_size, 0);
     auto set_token = [&](int32_t id, const std::string& text) {
       id_to_text[id] = text;
       // HF's ByteLevel decoder keeps a token's own bytes when it has characters outside the alphabet.

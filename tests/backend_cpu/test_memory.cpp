@@ -1,4 +1,6 @@
 // Memory, transfers, dtype conversion and the row-copy ops (embedding, gather_rows).
+#include <bit>
+#include <cstdint>
 #include <cstring>
 
 #include "common/half_float.h"
@@ -56,7 +58,9 @@ TEST(CpuBackendMemory, UploadConvertedFromEachFloatFormat) {
   }
   Buffer out = backend.allocate(n * 4);
   backend.upload_converted(f32.data(), DType::F32, out.data(), n);
-  EXPECT_EQ(std::memcmp(out.data(), f32.data(), n * 4), 0);
+  // Bit patterns, not values: the copy must be exact.
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(static_cast<float*>(out.data())[i]), std::bit_cast<uint32_t>(f32[i])) << i;
   backend.upload_converted(bf16.data(), DType::BF16, out.data(), n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<float*>(out.data())[i], bf16_to_float(bf16[i])) << i;
 

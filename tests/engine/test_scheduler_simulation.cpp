@@ -66,7 +66,9 @@ struct Expected {
 class SchedulerSimulation : public ::testing::TestWithParam<std::tuple<SimulationCase, StepPolicy>> {};
 
 TEST_P(SchedulerSimulation, RandomRequestsAllFinishWithoutLeaks) {
-  const auto [c, policy] = GetParam();
+  // Plain variables rather than a structured binding: the lambdas below capture them.
+  const SimulationCase c = std::get<0>(GetParam());
+  const StepPolicy policy = std::get<1>(GetParam());
   std::mt19937 rng(c.seed);
   EngineConfig config =
       test::small_config(c.block_size, c.max_num_batched_tokens, c.max_num_seqs, c.max_model_len, policy);

@@ -423,7 +423,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TensorParallelGolden, UnsplittableModelsAreRefused) {
   const fs::path tied = golden_dir() / "golden_tied_gqa2";         // 2 query heads, 1 KV head
   const fs::path untied = golden_dir() / "golden_untied_sharded";  // 4 query heads, 2 KV heads, intermediate 160
-  for (auto [model, size] : {std::pair{tied, 4}, std::pair{untied, 3}}) {
+  for (const auto& checkpoint : {std::pair{tied, 4}, std::pair{untied, 3}}) {
+    // Named copies rather than a structured binding: the lambda below captures them.
+    const fs::path& model = checkpoint.first;
+    const int size = checkpoint.second;
     testing::expect_invalid([&] { LLM llm(cpu_config(model, 16, 4096, 8, -1, size)); },
                             {"num_attention_heads", "tensor_parallel_size " + std::to_string(size)});
   }

@@ -68,6 +68,34 @@ void rope(std::vector<float>& v, int64_t d, int64_t pos, double theta) {
   }
 }
 
+// Causal softmax attention of each query head over its KV head's keys and values (grouped-query), in double.
+Matrix causal_attention(const Matrix& q, const Matrix& k, const Matrix& v, int64_t nh, int64_t nkv, int64_t d) {
+  const int64_t T = static_cast<int64_t>(q.size());
+  Matrix attn(T, std::vector<float>(nh * d, 0.0f));
+  const double scale = 1.0 / std::sqrt(double(d));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t head = 0; head < nh; ++head) {
+      const int64_t kvh = head / (nh / nkv);
+      std::vector<double> scores(t + 1);
+      double best = -1e300;
+      for (int64_t j = 0; j <= t; ++j) {
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) dot += double(q[t][head * d + i]) * k[j][kvh * d + i];
+        scores[j] = dot * scale;
+        best = std::max(best, scores[j]);
+      }
+      double total = 0;
+      for (auto& s : scores) total += (s = std::exp(s - best));
+      for (int64_t i = 0; i < d; ++i) {
+        double acc = 0;
+        for (int64_t j = 0; j <= t; ++j) acc += scores[j] * v[j][kvh * d + i];
+        attn[t][head * d + i] = static_cast<float>(acc / total);
+      }
+    }
+  }
+  return attn;
+}
+
 }  // namespace
 
 std::vector<std::vector<float>> reference_logits(const ModelConfig& c, WeightSource& weights,
@@ -106,28 +134,7 @@ std::vector<std::vector<float>> reference_logits(const ModelConfig& c, WeightSou
       rope(q[t], d, t, c.rope_theta);
       rope(k[t], d, t, c.rope_theta);
     }
-    Matrix attn(T, std::vector<float>(nh * d, 0.0f));
-    const double scale = 1.0 / std::sqrt(double(d));
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t head = 0; head < nh; ++head) {
-        const int64_t kvh = head / (nh / nkv);
-        std::vector<double> scores(t + 1);
-        double best = -1e300;
-        for (int64_t j = 0; j <= t; ++j) {
-          double dot = 0;
-          for (int64_t i = 0; i < d; ++i) dot += double(q[t][head * d + i]) * k[j][kvh * d + i];
-          scores[j] = dot * scale;
-          best = std::max(best, scores[j]);
-        }
-        double total = 0;
-        for (auto& s : scores) total += (s = std::exp(s - best));
-        for (int64_t i = 0; i < d; ++i) {
-          double acc = 0;
-          for (int64_t j = 0; j <= t; ++j) acc += scores[j] * v[j][kvh * d + i];
-          attn[t][head * d + i] = static_cast<float>(acc / total);
-        }
-      }
-    }
+    const Matrix attn = causal_attention(q, k, v, nh, nkv, d);
     const Matrix o = linear(attn, load(weights, p + "self_attn.o_proj.weight", {H, nh * d}), H);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < H; ++i) x[t][i] += o[t][i];

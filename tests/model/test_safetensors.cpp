@@ -11,6 +11,7 @@
 #include "model/safetensors_writer.h"
 #include "model/weight_source.h"
 #include "support/expect_invalid.h"
+#include "support/float_bits.h"
 #include "temp_dir.h"
 
 namespace nanovllm {
@@ -95,7 +96,7 @@ TEST(Safetensors, ReadsHandWrittenFileAndSkipsMetadata) {
   EXPECT_EQ(a.shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(a.numel(), 6);
   EXPECT_EQ(a.shape_string(), "[2, 3]");
-  EXPECT_EQ(std::memcmp(a.data, values, sizeof(values)), 0);
+  EXPECT_EQ(testing::float_bits(a.data, 6), testing::float_bits(values, 6));
   const HostTensorView b = file.get("b");
   EXPECT_EQ(b.dtype, DType::BF16);
   EXPECT_EQ(bf16_to_float(static_cast<const uint16_t*>(b.data)[1]), 2.0f);

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "model/weight_source.h"
+#include "support/float_bits.h"
 
 namespace nanovllm {
 namespace {
@@ -45,7 +46,7 @@ TEST(WeightBlocks, GenericBlocksAreTheWholeTensorsElements) {
   }
   HostTensor v = w.get_block("v", {9}, {3, 8}, {0, 1});
   ASSERT_EQ(v.view.shape, std::vector<int64_t>{5});
-  EXPECT_EQ(std::memcmp(v.view.data, w.vector_.data() + 3, 5 * sizeof(float)), 0);
+  EXPECT_EQ(testing::float_bits(v.view.data, 5), testing::float_bits(w.vector_.data() + 3, 5));
   EXPECT_THROW(w.get_block("m", {5, 7}, {0, 6}, {0, 7}), EngineError);  // past the last row
   EXPECT_THROW(w.get_block("m", {5, 7}, {0, 5}, {5, 8}), EngineError);  // past the last column
   // A wrong full shape is get()'s to refuse: get_block must hand expected_shape on to it.

@@ -144,8 +144,10 @@ void Gemm::run_cublaslt(const __nv_bfloat16* x, const __nv_bfloat16* weight, con
   const ShapeKey key{m, n, k, out_dtype, epilogue_bias};
   Plan& plan = plan_for(key);
   if (epilogue_bias) {
+    // The attribute's value is the device pointer itself, so its size is that of a pointer.
+    const void* bias_ptr = bias;
     NANOVLLM_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
   }
   const float alpha = 1.0f, beta = 0.0f;
   auto matmul = [&] {

@@ -110,7 +110,10 @@ void run() {
       a.vocab = static_cast<int>(kVocab);
       cuda::launch_sample_via(a, workspace.data(), workspace.bytes(), gpu.stream(), path);
     };
-    for (const auto& [name, logits] : {std::pair<const char*, const Tensor*>{"peaked", &peaked}, {"flat", &flat}}) {
+    for (const auto& input : {std::pair<const char*, const Tensor*>{"peaked", &peaked}, {"flat", &flat}}) {
+      // Named variables rather than a structured binding: the lambdas below capture them.
+      const char* name = input.first;
+      const Tensor* logits = input.second;
       const std::string tag = std::string(" (") + name + ")";
       b.time("sample T=0.6" + tag, rows, [&] { gpu.sample(*logits, plain, tokens); });
       b.time("sample T=0.6 chunked path" + tag, rows, [&] { via(*logits, plain, cuda::PlainSamplerPath::kChunked); });

@@ -41,6 +41,18 @@ class LogprobsTest : public CudaOpsTest {
   }
 
   void check(int rows, int64_t vocab, int k, bool plant_ties) {
+    const std::vector<float> logits = random_logits(rows, vocab, plant_ties);
+    const std::vector<int32_t> targets = random_targets(rows, vocab);
+    const std::string what =
+        "rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) + " k " + std::to_string(k);
+    const Results res = run_both(logits, targets, rows, vocab, k);
+    check_targets(res, targets, what);
+    if (k == 0) return;
+    check_top_k(res, rows, vocab, k, plant_ties, what);
+  }
+
+  // Normal logits; with `plant_ties`, row 0 gets a three-way tie at the top.
+  std::vector<float> random_logits(int rows, int64_t vocab, bool plant_ties) {
     std::normal_distribution<float> dist(0.0f, 4.0f);
     std::vector<float> logits(static_cast<size_t>(rows * vocab));
     for (auto& x : logits) x = dist(rng_);
@@ -48,23 +60,33 @@ class LogprobsTest : public CudaOpsTest {
       const float top = *std::max_element(logits.begin(), logits.begin() + vocab) + 1.0f;
       for (int64_t i : {vocab - 1, vocab / 2, int64_t{3}}) logits[i] = top;  // row 0: three-way tie at the top
     }
+    return logits;
+  }
+
+  // A random target per row, but none for row 2.
+  std::vector<int32_t> random_targets(int rows, int64_t vocab) {
     std::vector<int32_t> targets(rows);
     for (auto& t : targets) t = static_cast<int32_t>(rng_() % vocab);
     if (rows > 2) targets[2] = -1;  // a row without a target
+    return targets;
+  }
 
-    const std::string what =
-        "rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) + " k " + std::to_string(k);
-    const Results res = run_both(logits, targets, rows, vocab, k);
+  // The target's logprob matches the CPU's; a row without a target gets NaN.
+  static void check_targets(const Results& res, const std::vector<int32_t>& targets, const std::string& what) {
     const auto& gt = res.gpu_target;
     const auto& ct = res.cpu_target;
-    for (int r = 0; r < rows; ++r) {
+    for (int r = 0; r < static_cast<int>(targets.size()); ++r) {
       if (targets[r] < 0) {
         EXPECT_TRUE(std::isnan(gt[r])) << what << " row " << r;
       } else {
         EXPECT_NEAR(gt[r], ct[r], 1e-3) << what << " row " << r;
       }
     }
-    if (k == 0) return;
+  }
+
+  // The top k match the CPU's ids and values, descend, and break the planted tie by lower id.
+  static void check_top_k(const Results& res, int rows, int64_t vocab, int k, bool plant_ties,
+                          const std::string& what) {
     const auto& gi = res.gpu_ids;
     EXPECT_EQ(gi, res.cpu_ids) << what;
     const auto& gl = res.gpu_top;

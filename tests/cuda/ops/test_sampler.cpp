@@ -572,43 +572,64 @@ class ShardedSampling : public SamplerTest {
       const int64_t begin = p * chunk, valid = shard_valid(vocab, begin, chunk);
       const std::string shard = what + " shard " + std::to_string(p);
       const Tensor part = gpu_raw(shard_columns(logits, vocab, rows, begin, chunk, 1e30f), DType::F32, {rows, chunk});
-      Tensor key = gpu_empty(DType::F32, {rows});
-      Tensor token = gpu_empty(DType::I32, {rows});
-      gpu().sample_shard(part, begin, valid, in, key, token);
-      const ShardPicks got{read_gpu(key), read_gpu_i32(token)};
-      Buffer workspace = gpu().allocate(
-          std::max<size_t>(cuda::sampler_workspace_bytes(static_cast<int>(rows), static_cast<int>(valid)), 16));
-      const ShardPicks chunked = shard_via(part, begin, valid, in, workspace, cuda::PlainSamplerPath::kChunked);
-      EXPECT_EQ(chunked.token, got.token) << shard << ": the chunked path";
-      EXPECT_EQ(chunked.key, got.key) << shard << ": the chunked path";
-      if (major >= 9 && valid <= 163840) {
-        const ShardPicks clustered = shard_via(part, begin, valid, in, workspace, cuda::PlainSamplerPath::kCluster);
-        EXPECT_EQ(clustered.token, got.token) << shard << ": the cluster path";
-        EXPECT_EQ(clustered.key, got.key) << shard << ": the cluster path";
-      }
-
-      // The CPU reference: the same tokens and keys, but for logf's last bits. A token may differ only where
-      // the shard's two best keys are that close (a near tie), so the keys must still agree.
-      const ShardPicks want = sample_shard_cpu(logits, vocab, begin, chunk, 1e30f, r);
-      int mismatches = 0;
-      for (int64_t i = 0; i < rows; ++i) {
-        const bool none = got.token[i] == INT32_MAX;
-        EXPECT_TRUE(none || (got.token[i] >= begin && got.token[i] < begin + valid)) << shard << " row " << i;
-        EXPECT_EQ(none, got.key[i] == -INFINITY) << shard << " row " << i;
-        if (r.temperature[i] > 0.0f && std::isfinite(want.key[i])) {
-          EXPECT_NEAR(got.key[i], want.key[i], 1e-5 * std::max(1.0f, std::fabs(want.key[i]))) << shard << " row " << i;
-        } else {
-          EXPECT_EQ(got.key[i], want.key[i]) << shard << " row " << i;  // greedy (the raw logit), +-inf
-        }
-        if (got.token[i] != want.token[i]) {
-          ++mismatches;
-          std::printf("%s row %ld: gpu %d (key %.9g) cpu %d (key %.9g)\n", shard.c_str(), static_cast<long>(i),
-                      got.token[i], got.key[i], want.token[i], want.key[i]);
-        }
-      }
-      EXPECT_LE(mismatches, 1 + rows / 256) << shard;
+      const ShardPicks got = check_shard_paths(part, begin, valid, in, major, shard);
+      check_shard_against_cpu(got, logits, vocab, begin, chunk, valid, r, shard);
       shards.push_back(got);
     }
+    check_merged(shards, logits, vocab, r, what);
+  }
+
+  // One shard through sample_shard, and through each explicit plain path the device has: all bit for bit
+  // the same. Returns sample_shard's picks.
+  ShardPicks check_shard_paths(const Tensor& part, int64_t begin, int64_t valid, const SamplerInputs& in, int major,
+                               const std::string& shard) {
+    const int64_t rows = part.dim(0);
+    Tensor key = gpu_empty(DType::F32, {rows});
+    Tensor token = gpu_empty(DType::I32, {rows});
+    gpu().sample_shard(part, begin, valid, in, key, token);
+    const ShardPicks got{read_gpu(key), read_gpu_i32(token)};
+    Buffer workspace = gpu().allocate(
+        std::max<size_t>(cuda::sampler_workspace_bytes(static_cast<int>(rows), static_cast<int>(valid)), 16));
+    const ShardPicks chunked = shard_via(part, begin, valid, in, workspace, cuda::PlainSamplerPath::kChunked);
+    EXPECT_EQ(chunked.token, got.token) << shard << ": the chunked path";
+    EXPECT_EQ(chunked.key, got.key) << shard << ": the chunked path";
+    if (major >= 9 && valid <= 163840) {
+      const ShardPicks clustered = shard_via(part, begin, valid, in, workspace, cuda::PlainSamplerPath::kCluster);
+      EXPECT_EQ(clustered.token, got.token) << shard << ": the cluster path";
+      EXPECT_EQ(clustered.key, got.key) << shard << ": the cluster path";
+    }
+    return got;
+  }
+
+  // The CPU reference: the same tokens and keys, but for logf's last bits. A token may differ only where
+  // the shard's two best keys are that close (a near tie), so the keys must still agree.
+  void check_shard_against_cpu(const ShardPicks& got, const std::vector<float>& logits, int64_t vocab, int64_t begin,
+                               int64_t chunk, int64_t valid, const SamplerRows& r, const std::string& shard) {
+    const int64_t rows = r.rows();
+    const ShardPicks want = sample_shard_cpu(logits, vocab, begin, chunk, 1e30f, r);
+    int mismatches = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      const bool none = got.token[i] == INT32_MAX;
+      EXPECT_TRUE(none || (got.token[i] >= begin && got.token[i] < begin + valid)) << shard << " row " << i;
+      EXPECT_EQ(none, got.key[i] == -INFINITY) << shard << " row " << i;
+      if (r.temperature[i] > 0.0f && std::isfinite(want.key[i])) {
+        EXPECT_NEAR(got.key[i], want.key[i], 1e-5 * std::max(1.0f, std::fabs(want.key[i]))) << shard << " row " << i;
+      } else {
+        EXPECT_EQ(got.key[i], want.key[i]) << shard << " row " << i;  // greedy (the raw logit), +-inf
+      }
+      if (got.token[i] != want.token[i]) {
+        ++mismatches;
+        std::printf("%s row %ld: gpu %d (key %.9g) cpu %d (key %.9g)\n", shard.c_str(), static_cast<long>(i),
+                    got.token[i], got.key[i], want.token[i], want.key[i]);
+      }
+    }
+    EXPECT_LE(mismatches, 1 + rows / 256) << shard;
+  }
+
+  // The shards merged give sample() of the whole rows exactly; a greedy row's key is its raw logit.
+  void check_merged(const std::vector<ShardPicks>& shards, const std::vector<float>& logits, int64_t vocab,
+                    const SamplerRows& r, const std::string& what) {
+    const int64_t rows = r.rows();
     const ShardPicks merged = merge_shards(shards, rows);
     const auto whole = sample_gpu(logits, vocab, r);
     EXPECT_EQ(merged.token, whole) << what << ": merged shards != sample()";
