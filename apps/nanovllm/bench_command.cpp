@@ -7,7 +7,6 @@
 
 #include "bench_workload.h"
 #include "common/error.h"
-#include "engine/device_support.h"
 #include "engine/llm_engine.h"
 #include "engine_options.h"
 
@@ -87,7 +86,7 @@ int run_bench(const BenchArgs& a) {
   }
   const auto start = Clock::now();
   LLMEngine engine(config);
-  const std::string device = device_name(engine.runner_backend());
+  const std::string device = engine.runner_backend().device_name();
   std::printf("device: %s (%s)\nweights: %.2f GiB, KV cache: %d blocks (%.2f GiB), startup %.2f s\n", device.c_str(),
               engine.backend_name().c_str(), engine.weight_bytes() / double(1 << 30), engine.num_kvcache_blocks(),
               engine.kv_cache_bytes() / double(1 << 30), engine.startup_seconds());
@@ -141,14 +140,15 @@ int run_bench(const BenchArgs& a) {
       t.prefill_steps, t.prefill_tokens, t.prefill_s, t.prefill_tokens / std::max(t.prefill_s, 1e-9), t.decode_steps,
       t.decode_tokens, t.decode_s, 1e3 * t.decode_s / std::max(t.decode_steps, 1),
       1e3 * t.decode_host_s / std::max(t.decode_steps, 1), total - t.prefill_s - t.decode_s);
-  if (auto gbs = measure_read_bandwidth_gbs(engine.runner_backend())) {
+  if (Backend& backend = engine.runner_backend(); backend.is_device()) {
+    const double gbs = backend.measure_read_bandwidth_gbs(size_t{4} << 30);  // over a 4 GiB buffer
     // Tensor-parallel ranks read their shards at once: the floor divides by the number of GPUs.
     const int gpus = config.tensor_parallel_size;
     const double floor_bytes = workload_floor_bytes(w, engine);
-    const double floor_s = floor_bytes / (*gbs * 1e9 * gpus);
+    const double floor_s = floor_bytes / (gbs * 1e9 * gpus);
     std::printf(
         "memory floor: %.2f TB at %.0f GB/s measured x %d GPU(s) = %.2f s; this run: %.1f%% of the floor's speed\n",
-        floor_bytes / 1e12, *gbs, gpus, floor_s, 100.0 * floor_s / total);
+        floor_bytes / 1e12, gbs, gpus, floor_s, 100.0 * floor_s / total);
   }
   return 0;
 }

@@ -91,9 +91,4 @@ RankBackends make_rank_backends(const std::string& device, int size) {
   return resolves_to_cuda(device) ? make_cuda_ranks(size) : make_cpu_ranks(size);
 }
 
-std::optional<double> measure_read_bandwidth_gbs(Backend& backend) {
-  if (!backend.is_device()) return std::nullopt;
-  return backend.measure_read_bandwidth_gbs(size_t{4} << 30);
-}
-
 }  // namespace nanovllm

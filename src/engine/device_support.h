@@ -3,7 +3,6 @@
 // the backends of a tensor-parallel group with the communicators between them. Everything else goes through
 // the Backend interface.
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,10 +24,5 @@ struct RankBackends {
 // it and a GPU is present, else the CPU. Throws InvalidInput for "cuda" without a GPU, for fewer GPUs than
 // ranks, and for GPU ranks without NCCL.
 RankBackends make_rank_backends(const std::string& device, int size);
-
-// The bench's figures: device read bandwidth in GB/s over a 4 GiB buffer (nullopt without a device), and the
-// device's name ("cpu" for the CPU backend).
-std::optional<double> measure_read_bandwidth_gbs(Backend& backend);
-inline std::string device_name(const Backend& backend) { return backend.device_name(); }
 
 }  // namespace nanovllm
