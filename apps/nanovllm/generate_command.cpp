@@ -105,13 +105,8 @@ int run_generate(const GenerateArgs& a) {
   ProgressBar bar(static_cast<int>(line_of.size()), engine.config().show_progress);
   while (!engine.is_finished() && interrupt.signal() == 0) {
     std::vector<RequestOutput> done = engine.step();
-    const StepStats& s = engine.last_step();
-    StepProgress step{static_cast<int>(done.size()), 0, s.is_prefill, s.num_tokens, s.seconds};
-    for (const RequestOutput& o : done) {
-      step.finished_output_tokens += static_cast<int64_t>(o.token_ids.size());
-      write(line_of.at(o.request_id), o);
-    }
-    bar.update(step);
+    bar.update(step_progress(engine.last_step(), done));
+    for (const RequestOutput& o : done) write(line_of.at(o.request_id), o);
   }
   if (interrupt.signal() == 0) {
     bar.finish(engine.run_counters());

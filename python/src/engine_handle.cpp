@@ -85,13 +85,11 @@ std::vector<RequestOutput> EngineHandle::generate(const std::vector<Prompt>& pro
       done = engine.step();
     }
     const StepStats& s = engine.last_step();
-    StepProgress step{static_cast<int>(done.size()), 0, s.is_prefill, s.num_tokens, s.seconds};
+    bar.update(step_progress(s, done));
     for (RequestOutput& out : done) {
-      step.finished_output_tokens += static_cast<int64_t>(out.token_ids.size());
       in_flight.finished(out.request_id);
       outputs[index_of.at(out.request_id)] = std::move(out);
     }
-    bar.update(step);
     if (!on_step.is_none()) on_step(done.size(), s.is_prefill, s.num_tokens, s.seconds);
     // Runs Python's signal handlers: Ctrl-C raises KeyboardInterrupt here, between two steps.
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();

@@ -293,4 +293,10 @@ std::string LLMEngine::apply_chat_template(const nlohmann::ordered_json& message
   return ChatTemplate(*tokenizer_->chat_template()).render(messages, tools, add_generation_prompt, vars);
 }
 
+StepProgress step_progress(const StepStats& stats, const std::vector<RequestOutput>& finished) {
+  StepProgress step{static_cast<int>(finished.size()), 0, stats.is_prefill, stats.num_tokens, stats.seconds};
+  for (const RequestOutput& out : finished) step.finished_output_tokens += static_cast<int64_t>(out.token_ids.size());
+  return step;
+}
+
 }  // namespace nanovllm

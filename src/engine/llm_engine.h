@@ -35,6 +35,9 @@ struct StepStats {
   bool sampled_on_shards = false;  // tensor parallelism: tokens were sampled where the logits are
 };
 
+// What the progress bar is told of a step: its stats and the requests step() returned as finished in it.
+StepProgress step_progress(const StepStats& stats, const std::vector<RequestOutput>& finished);
+
 class LLMEngine {
  public:
   explicit LLMEngine(EngineConfig config);
