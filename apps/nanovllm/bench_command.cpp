@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "arrival_bench.h"
 #include "bench_workload.h"
 #include "common/error.h"
 #include "engine/llm_engine.h"
@@ -19,7 +20,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 struct BenchArgs {
   EngineOptions engine;
   std::string workload;
-  bool latency = false, prefill = false;
+  bool latency = false, prefill = false, arrival = false;
+  ArrivalShape arrival_shape;
   int num_prompts = -1;
   int batch_size = 1, input_len = 128, output_len = 256;  // --latency shape
 };
@@ -28,6 +30,7 @@ struct BenchArgs {
 struct RunTimes {
   double first_token = 0, total = 0;  // first_token: the end of the last prefill step before any decode step
   int prefill_steps = 0, decode_steps = 0;
+  int mixed_steps = 0;  // of prefill_steps: steps that also decoded running sequences
   long long prefill_tokens = 0, decode_tokens = 0;
   double prefill_s = 0, decode_s = 0;
   double decode_host_s = 0;  // of decode_s, host work with the device idle (before launch, after the run)
@@ -46,6 +49,7 @@ RunTimes run_all(LLMEngine& engine, const std::vector<std::vector<int32_t>>& pro
     if (s.num_tokens == 0) continue;
     if (s.is_prefill) {
       ++t.prefill_steps, t.prefill_tokens += s.num_tokens, t.prefill_s += s.seconds;
+      if (s.num_decode_rows > 0) ++t.mixed_steps;
       if (t.decode_steps == 0) t.first_token = seconds_since(start);  // a prompt's last chunk samples its first token
     } else {
       ++t.decode_steps, t.decode_tokens += s.num_tokens, t.decode_s += s.seconds;
@@ -74,7 +78,34 @@ double workload_floor_bytes(const BenchWorkload& w, const LLMEngine& engine) {
   return kv + static_cast<double>(engine.weight_bytes()) * (longest - 1);
 }
 
+// Streaming under arrival, under each step policy in turn (one engine each, made and freed in turn).
+int run_arrival_bench(const BenchArgs& a) {
+  const ArrivalShape& shape = a.arrival_shape;
+  if (shape.streams < 1 || shape.stream_prompt_len < 1 || shape.arrivals < 1 || shape.arrival_prompt_len < 1 ||
+      shape.arrival_output_len < 1 || shape.interval_ms < 0)
+    throw InvalidInput("--arrival: stream and arrival counts and lengths must be >= 1, the interval >= 0");
+  EngineConfig config = a.engine.resolve();
+  config.max_model_len = std::max(config.max_model_len, shape.arrival_prompt_len + shape.arrival_output_len);
+  std::printf(
+      "arrival: %d streams decoding (%d-token prompts); %d prompts of %d tokens (%d output tokens) every %d ms; "
+      "max_num_batched_tokens %d\n",
+      shape.streams, shape.stream_prompt_len, shape.arrivals, shape.arrival_prompt_len, shape.arrival_output_len,
+      shape.interval_ms, config.max_num_batched_tokens);
+  for (StepPolicy policy : {StepPolicy::PrefillFirst, StepPolicy::DecodeFirst}) {
+    config.step_policy = policy;
+    LLMEngine engine(config);
+    SamplingParams warm;  // the first steps also capture graphs and size buffers
+    warm.max_tokens = 2;
+    run_all(engine, {{1, 2, 3, 4, 5, 6, 7, 8}}, {warm});
+    const ArrivalReport r = run_arrival(engine, shape);
+    std::printf("%s\n", format_arrival_report(to_string(policy), r).c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int run_bench(const BenchArgs& a) {
+  if (a.arrival) return run_arrival_bench(a);
   if (a.batch_size < 1 || a.input_len < 1 || a.output_len < 2)
     throw InvalidInput("--batch-size and --input-len must be >= 1 and --output-len >= 2");
   EngineConfig config = a.engine.resolve();
@@ -135,10 +166,10 @@ int run_bench(const BenchArgs& a) {
   std::printf("workload: %zu prompts, %lld output tokens in %.2f s: %.0f tok/s (preemptions: %lld)\n", w.prompts.size(),
               total_tokens, total, total_tokens / total, static_cast<long long>(engine.num_preemptions()));
   std::printf(
-      "  prefill: %d steps, %lld tokens, %.2f s (%.0f tok/s); decode: %d steps, %lld tokens, %.2f s "
-      "(%.2f ms/step, %.3f ms of it host work before launch and after the run); other %.2f s\n",
-      t.prefill_steps, t.prefill_tokens, t.prefill_s, t.prefill_tokens / std::max(t.prefill_s, 1e-9), t.decode_steps,
-      t.decode_tokens, t.decode_s, 1e3 * t.decode_s / std::max(t.decode_steps, 1),
+      "  prefill: %d steps (%d mixed with decode rows), %lld tokens, %.2f s (%.0f tok/s); decode: %d steps, %lld "
+      "tokens, %.2f s (%.2f ms/step, %.3f ms of it host work before launch and after the run); other %.2f s\n",
+      t.prefill_steps, t.mixed_steps, t.prefill_tokens, t.prefill_s, t.prefill_tokens / std::max(t.prefill_s, 1e-9),
+      t.decode_steps, t.decode_tokens, t.decode_s, 1e3 * t.decode_s / std::max(t.decode_steps, 1),
       1e3 * t.decode_host_s / std::max(t.decode_steps, 1), total - t.prefill_s - t.decode_s);
   if (Backend& backend = engine.runner_backend(); backend.is_device()) {
     const double gbs = backend.measure_read_bandwidth_gbs(size_t{4} << 30);  // over a 4 GiB buffer
@@ -156,7 +187,8 @@ int run_bench(const BenchArgs& a) {
 
 void add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
-  CLI::App* cmd = app.add_subcommand("bench", "throughput (nano-vLLM's bench workload), --latency or --prefill");
+  CLI::App* cmd =
+      app.add_subcommand("bench", "throughput (nano-vLLM's bench workload), --latency, --prefill or --arrival");
   args->engine.load_format = "dummy";
   args->engine.add_to(*cmd);
   cmd->add_option("--workload", args->workload,
@@ -167,6 +199,20 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--input-len", args->input_len, "--latency: prompt tokens")->capture_default_str();
   cmd->add_option("--output-len", args->output_len, "--latency: output tokens (>= 2)")->capture_default_str();
   cmd->add_flag("--prefill", args->prefill, "16 x 1024-token prompts: prompt tok/s");
+  cmd->add_flag("--arrival", args->arrival,
+                "streaming under arrival, each step policy in turn: inter-token latency of decoding streams "
+                "while long prompts arrive, and the arrivals' time to first token");
+  ArrivalShape& shape = args->arrival_shape;
+  cmd->add_option("--arrival-streams", shape.streams, "--arrival: sequences decoding")->capture_default_str();
+  cmd->add_option("--arrival-stream-prompt-len", shape.stream_prompt_len, "--arrival: their prompt tokens")
+      ->capture_default_str();
+  cmd->add_option("--arrivals", shape.arrivals, "--arrival: prompts that arrive")->capture_default_str();
+  cmd->add_option("--arrival-prompt-len", shape.arrival_prompt_len, "--arrival: their prompt tokens")
+      ->capture_default_str();
+  cmd->add_option("--arrival-output-len", shape.arrival_output_len, "--arrival: their output tokens")
+      ->capture_default_str();
+  cmd->add_option("--arrival-interval-ms", shape.interval_ms, "--arrival: time between arrivals")
+      ->capture_default_str();
   cmd->callback([args] { throw CLI::RuntimeError(run_bench(*args)); });
 }
 

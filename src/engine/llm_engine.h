@@ -27,7 +27,8 @@ class StreamingDetokenizer;
 
 struct StepStats {
   bool is_prefill = false;
-  int num_tokens = 0;  // tokens computed (prefill) or sequences decoded
+  int num_tokens = 0;       // tokens computed (prefill) or sequences decoded
+  int num_decode_rows = 0;  // sequences that took one decode token; in a prefill step: a mixed step
   double seconds = 0.0;
   // Host work with the device idle (the engine is synchronous): before the model was launched (scheduling,
   // metadata) and after run() returned (postprocessing, detokenizing).

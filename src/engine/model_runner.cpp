@@ -152,9 +152,10 @@ StepTensors ModelRunner::step_tensors(const StepShape& shape) const {
 // Decode steps as graphs per batch bucket. A graph replays the model and the lm_head over fixed metadata
 // addresses (under tensor parallelism the lm_head of this rank's vocabulary chunk: whether the chunks are
 // gathered or sampled where they are is decided per step); attention grids are sized for max_model_len keys
-// and read the real lengths from device memory, so one graph serves every context length.
+// and read the real lengths from device memory, so one graph serves every context length. A decode step takes
+// one token a sequence, so its batch is bounded by the token budget too (the token-sized buffers hold no more).
 void ModelRunner::capture_graphs() {
-  const int max_bs = std::min(config_.max_num_seqs, 512);
+  const int max_bs = std::min({config_.max_num_seqs, config_.max_num_batched_tokens, 512});
   meta_->begin_fill();
   meta_->cu_seqlens_q()[0] = 0;
   pad_decode_rows(0, max_bs);

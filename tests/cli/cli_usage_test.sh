@@ -26,12 +26,7 @@ done < <(grep -oE 'nanovllm bench --model [^ ]+' "$repo/README.md" | awk '{print
 
 # bench's default workload is nano-vLLM's: its first two requests ask for 845 + 312 tokens. A small shape
 # whose vocabulary holds the workload's token ids keeps it quick on the CPU.
-cat >"$work/small.json" <<'JSON'
-{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 10240, "hidden_size": 32,
- "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
- "head_dim": 16, "max_position_embeddings": 4096, "rms_norm_eps": 1e-06, "rope_theta": 1000000,
- "tie_word_embeddings": true, "eos_token_id": 1, "torch_dtype": "bfloat16"}
-JSON
+cp "$repo/tests/cli/tiny_bench_model.json" "$work/small.json"
 (cd "$work" && "$nv" bench --model small.json --device cpu --num-prompts 2 --no-progress >"$work/out" 2>"$work/err"); rc=$?
 [[ $rc -eq 0 ]] && grep -q "workload: 2 prompts, 1157 output tokens" "$work/out" && ok \
   || bad "bench default workload: rc=$rc, $(cat "$work/out" "$work/err")"
