@@ -59,6 +59,27 @@ class RequestOutput:
     logprobs: Optional[List[List[Tuple[int, float]]]]
     prompt_logprobs: Optional[List[List[Tuple[int, float]]]]  # the first position is empty
 
+class RequestDelta:
+    """What one engine step added to one request (the prompt's ids and logprobs in its first delta only)."""
+
+    request_id: int
+    prompt_token_ids: List[int]
+    token_ids: List[int]
+    text: str
+    logprobs: Optional[List[List[Tuple[int, float]]]]
+    prompt_logprobs: Optional[List[List[Tuple[int, float]]]]
+    finished: bool
+    finish_reason: str
+    error: str
+
+class StreamRun:
+    """One stream() call; holds the engine until closed (or until next() returns an empty list)."""
+
+    closed: bool
+    def next(self) -> List[Tuple[int, RequestDelta]]: ...  # (prompt index, delta) pairs of the next step
+    def token_text(self, token: int) -> Optional[str]: ...
+    def close(self) -> None: ...
+
 # Called after every engine step with (requests finished in it, is_prefill, tokens, seconds).
 StepCallback = Callable[[int, bool, int, float], None]
 
@@ -69,6 +90,7 @@ class Engine:
     def __init__(self, config: EngineConfig) -> None: ...
     def generate(self, prompts: Sequence[Union[str, List[int]]], params: Sequence[SamplingParams],
                  on_step: Optional[StepCallback] = None, native_progress: bool = False) -> List[RequestOutput]: ...
+    def stream(self, prompts: Sequence[Union[str, List[int]]], params: Sequence[SamplingParams]) -> StreamRun: ...
     def has_tokenizer(self) -> bool: ...
     def encode(self, text: str) -> List[int]: ...
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool) -> str: ...

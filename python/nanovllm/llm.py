@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from nanovllm import _core, _progress
-from nanovllm.outputs import RequestOutput, from_core
+from nanovllm.outputs import DeltaAccumulator, RequestOutput, from_core
 from nanovllm.sampling_params import SamplingParams
 from nanovllm.tokenizer import Conversation, Tokenizer
 
@@ -100,31 +100,60 @@ class LLM:
             KeyboardInterrupt: Ctrl-C; generation stops after the current step, the requests in flight are
                 aborted and the LLM stays usable.
         """
-        prompt_list = _prompt_list(prompts)
-        if sampling_params is None:
-            sampling_params = SamplingParams()
-        if isinstance(sampling_params, SamplingParams):
-            params_list = [sampling_params] * len(prompt_list)
-        else:
-            params_list = list(sampling_params)
-            if len(params_list) != len(prompt_list):
-                raise ValueError(f"generate: {len(prompt_list)} prompts but {len(params_list)} sampling params")
-        for i, p in enumerate(params_list):
-            if not isinstance(p, SamplingParams):
-                raise TypeError(f"sampling_params[{i}]: expected SamplingParams, got {type(p).__name__}")
-        core_params = {id(p): p._to_core() for p in params_list}
+        prompt_list, core_params = _requests("generate", prompts, sampling_params)
         if not prompt_list:
             return []
 
         progress = _progress.TqdmProgress(len(prompt_list)) if use_tqdm and _progress.tqdm is not None else None
         try:
-            raw = self._engine.generate(prompt_list, [core_params[id(p)] for p in params_list], progress,
+            raw = self._engine.generate(prompt_list, core_params, progress,
                                         native_progress=use_tqdm and progress is None)
         finally:
             if progress is not None:
                 progress.close()
         token_text = self._token_text_lookup()
         return [from_core(r, p if isinstance(p, str) else None, token_text) for r, p in zip(raw, prompt_list)]
+
+    def stream(self, prompts: Union[PromptType, Sequence[PromptType]],
+               sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None
+               ) -> Iterator[RequestOutput]:
+        """Runs the prompts in one continuous batch like generate, yielding what each step adds to each request.
+
+        Each item is a RequestOutput in vLLM's delta form (``RequestOutputKind.DELTA``): ``outputs[0].text``,
+        ``.token_ids`` and ``.logprobs`` hold what is new since that request's previous item (text only in whole
+        UTF-8 characters, text a stop string could still claim held back), ``cumulative_logprob`` the sum so far;
+        the request's last item has ``finished`` set and its ``finish_reason``. ``request_id`` is the prompt's
+        index in ``prompts`` as a string. Concatenating a request's items gives what generate returns for it.
+
+        The LLM runs nothing else while the stream is open. Leaving it early (``break``, an exception, closing
+        the generator) aborts the requests that have not finished; Ctrl-C raises KeyboardInterrupt between two
+        steps and does the same. Refused requests raise ValueError before anything runs, as in generate.
+
+        Example::
+
+            for out in llm.stream(["Hello", "The sky is"], SamplingParams(max_tokens=32)):
+                print(out.request_id, out.outputs[0].text, end="", flush=True)
+        """
+        prompt_list, core_params = _requests("stream", prompts, sampling_params)
+        return self._stream(prompt_list, core_params)
+
+    def _stream(self, prompt_list: List[Union[str, List[int]]], core_params: List[Any]) -> Iterator[RequestOutput]:
+        # A generator of its own, so that stream() checks its arguments when it is called, not at the first next().
+        if not prompt_list:
+            return
+        run = self._engine.stream(prompt_list, core_params)
+        try:
+            token_text = _cached_token_text(run.token_text)
+            requests = [DeltaAccumulator(str(i), p if isinstance(p, str) else None, token_text)
+                        for i, p in enumerate(prompt_list)]
+            while True:
+                deltas = run.next()
+                if not deltas:
+                    return
+                for index, delta in deltas:
+                    yield requests[index].add(delta)
+        finally:
+            run.close()
 
     def chat(self, messages: Union[Conversation, Sequence[Conversation]],
              sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None, use_tqdm: bool = True,
@@ -171,16 +200,41 @@ class LLM:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def _token_text_lookup(self):
+    def _token_text_lookup(self) -> Callable[[int], Optional[str]]:
         """A token's text for logprobs (None without a tokenizer), decoding each id once per call. Ids past the
         tokenizer's vocabulary (models pad theirs) have no text, as in the engine's output."""
         if not self._engine.has_tokenizer():
             return lambda token: None
         vocab_size = self._engine.vocab_size()
-        cache: Dict[int, str] = {}
+        return _cached_token_text(lambda token: self._engine.decode([token], False) if token < vocab_size else "")
 
-        def token_text(token: int) -> str:
-            if token not in cache:
-                cache[token] = self._engine.decode([token], False) if token < vocab_size else ""
-            return cache[token]
-        return token_text
+
+def _cached_token_text(token_text: Callable[[int], Optional[str]]) -> Callable[[int], Optional[str]]:
+    """token_text, asked once per token id."""
+    cache: Dict[int, Optional[str]] = {}
+
+    def cached(token: int) -> Optional[str]:
+        if token not in cache:
+            cache[token] = token_text(token)
+        return cache[token]
+    return cached
+
+
+def _requests(call: str, prompts: Union[PromptType, Sequence[PromptType]],
+              sampling_params: Union[SamplingParams, Sequence[SamplingParams], None]
+              ) -> Tuple[List[Union[str, List[int]]], List[Any]]:
+    """The prompts as texts and token-id lists, and one engine SamplingParams per prompt."""
+    prompt_list = _prompt_list(prompts)
+    if sampling_params is None:
+        sampling_params = SamplingParams()
+    if isinstance(sampling_params, SamplingParams):
+        params_list = [sampling_params] * len(prompt_list)
+    else:
+        params_list = list(sampling_params)
+        if len(params_list) != len(prompt_list):
+            raise ValueError(f"{call}: {len(prompt_list)} prompts but {len(params_list)} sampling params")
+    for i, p in enumerate(params_list):
+        if not isinstance(p, SamplingParams):
+            raise TypeError(f"sampling_params[{i}]: expected SamplingParams, got {type(p).__name__}")
+    core_params = {id(p): p._to_core() for p in params_list}
+    return prompt_list, [core_params[id(p)] for p in params_list]

@@ -111,3 +111,36 @@ def from_core(raw: _core.RequestOutput, prompt: Optional[str],
                                   logprobs=logprobs, finish_reason=raw.finish_reason or None)
     return RequestOutput(str(raw.request_id), prompt, list(raw.prompt_token_ids), prompt_logprobs, [completion],
                          raw.finished)
+
+
+class DeltaAccumulator:
+    """One streamed request: turns the engine's per-step deltas into RequestOutputs in vLLM's delta form.
+
+    The prompt's token ids (and prompt logprobs, when asked for) come in the engine's first delta; every item
+    carries the prompt's ids, and ``cumulative_logprob`` sums the chosen tokens' logprobs so far.
+    """
+
+    def __init__(self, request_id: str, prompt: Optional[str], token_text: Callable[[int], Optional[str]]) -> None:
+        self._request_id = request_id
+        self._prompt = prompt
+        self._token_text = token_text
+        self._prompt_token_ids: List[int] = []
+        self._cumulative: Optional[float] = None
+
+    def add(self, raw: _core.RequestDelta) -> RequestOutput:
+        if raw.error:  # the engine reports a failed request this way only through its online loop
+            raise RuntimeError(f"request {self._request_id}: {raw.error}")
+        if raw.prompt_token_ids:
+            self._prompt_token_ids = list(raw.prompt_token_ids)
+        logprobs = None
+        if raw.logprobs is not None:
+            logprobs = [_position(entries, self._token_text) for entries in raw.logprobs]
+            self._cumulative = (self._cumulative or 0.0) + sum(entries[0][1] for entries in raw.logprobs)
+        prompt_logprobs = None
+        if raw.prompt_logprobs is not None:
+            prompt_logprobs = [_position(e, self._token_text) if e else None for e in raw.prompt_logprobs]
+        completion = CompletionOutput(index=0, text=raw.text, token_ids=list(raw.token_ids),
+                                      cumulative_logprob=self._cumulative, logprobs=logprobs,
+                                      finish_reason=raw.finish_reason or None)
+        return RequestOutput(self._request_id, self._prompt, self._prompt_token_ids, prompt_logprobs, [completion],
+                             raw.finished)

@@ -1,42 +1,16 @@
 #include "engine_handle.h"
 
 #include <unordered_map>
-#include <unordered_set>
 
 #include "common/error.h"
 #include "engine/progress_bar.h"
 #include "py_json.h"
+#include "requests_in_flight.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanovllm::python {
 
 namespace py = pybind11;
-
-namespace {
-// The requests of one generate call that have not finished. When the call ends early (Ctrl-C, a callback that
-// raised, an engine error) they are aborted and their outputs drained, so the engine has nothing left over.
-class RequestsInFlight {
- public:
-  explicit RequestsInFlight(LLMEngine& engine) : engine_(engine) {}
-  ~RequestsInFlight() {
-    if (ids_.empty()) return;
-    try {
-      for (int64_t id : ids_) engine_.abort(id);
-      while (!engine_.is_finished()) engine_.step();  // nothing runs: the aborted requests only report back
-    } catch (...) {                                   // the original error is the one to report
-    }
-  }
-  RequestsInFlight(const RequestsInFlight&) = delete;
-  RequestsInFlight& operator=(const RequestsInFlight&) = delete;
-
-  void started(int64_t id) { ids_.insert(id); }
-  void finished(int64_t id) { ids_.erase(id); }
-
- private:
-  LLMEngine& engine_;
-  std::unordered_set<int64_t> ids_;
-};
-}  // namespace
 
 EngineHandle::EngineHandle(EngineConfig config) {
   py::gil_scoped_release release;
@@ -45,11 +19,16 @@ EngineHandle::EngineHandle(EngineConfig config) {
 
 EngineHandle::~EngineHandle() = default;
 
-std::unique_lock<std::mutex> EngineHandle::lock_engine() {
-  std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
-  if (!lock) throw std::runtime_error("this LLM is already running a call (it runs one at a time)");
+EngineCall EngineHandle::lock_engine() {
+  EngineCall call(busy_, "this LLM is already running a call (it runs one at a time)");
   if (!engine_) throw std::runtime_error("this LLM is closed");
-  return lock;
+  return call;
+}
+
+std::unique_ptr<StreamRun> EngineHandle::stream(const std::vector<Prompt>& prompts,
+                                                const std::vector<SamplingParams>& params) {
+  EngineCall call = lock_engine();
+  return std::make_unique<StreamRun>(*engine_, std::move(call), prompts, params);
 }
 
 std::vector<RequestOutput> EngineHandle::generate(const std::vector<Prompt>& prompts,
@@ -153,8 +132,7 @@ std::string EngineHandle::backend_name() {
 }
 
 void EngineHandle::close() {
-  std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
-  if (!lock) throw std::runtime_error("this LLM cannot close while a call is running");
+  const EngineCall call(busy_, "this LLM cannot close while a call is running (or a stream is open)");
   py::gil_scoped_release release;
   engine_.reset();
 }

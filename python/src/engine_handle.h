@@ -4,18 +4,20 @@
 // from the progress callback stops the loop, aborts the requests still in flight and leaves the engine ready for
 // the next call. close() frees the engine (weights, KV cache, rank threads) before the Python object goes.
 //
-// The loop is built on add_request / step / abort, the same calls a streaming generator will make.
+// stream() returns the same loop turned inside out: a StreamRun that Python pulls a step at a time.
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/llm_engine.h"
+#include "engine_call.h"
+#include "stream_run.h"
 
 namespace nanovllm {
 class Tokenizer;
@@ -37,6 +39,9 @@ class EngineHandle {
   std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params,
                                       const pybind11::object& on_step, bool native_progress);
 
+  // Adds the requests and returns the run Python pulls deltas from; it holds the engine until it is closed.
+  std::unique_ptr<StreamRun> stream(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params);
+
   bool has_tokenizer();
   std::vector<int32_t> encode(const std::string& text);
   std::string decode(const std::vector<int32_t>& token_ids, bool skip_special_tokens);
@@ -53,13 +58,13 @@ class EngineHandle {
   bool closed() const { return engine_ == nullptr; }
 
  private:
-  // Exclusive access for one call; throws when the engine is closed or another call (another thread, or a
-  // progress callback calling back in) is running.
-  std::unique_lock<std::mutex> lock_engine();
+  // Exclusive access for one call; throws when the engine is closed or another call (another thread, a
+  // progress callback calling back in, an open stream) is running.
+  EngineCall lock_engine();
   const Tokenizer& tokenizer();  // throws InvalidInput without tokenizer.json
 
   std::unique_ptr<LLMEngine> engine_;
-  std::mutex busy_;
+  std::atomic<bool> busy_{false};
 };
 
 }  // namespace nanovllm::python

@@ -13,6 +13,7 @@
 namespace py = pybind11;
 using namespace nanovllm;
 using nanovllm::python::EngineHandle;
+using nanovllm::python::StreamRun;
 
 namespace {
 // A read-write attribute that is also listed in the class's `fields` (the Python layer's keyword list).
@@ -90,7 +91,38 @@ void bind_request_output(py::module_& m) {
       .def_readonly("prompt_logprobs", &RequestOutput::prompt_logprobs);
 }
 
+void bind_request_delta(py::module_& m) {
+  py::class_<RequestDelta>(m, "RequestDelta", "What one engine step added to one request.")
+      .def_readonly("request_id", &RequestDelta::request_id)
+      .def_readonly("prompt_token_ids", &RequestDelta::prompt_token_ids)
+      .def_readonly("token_ids", &RequestDelta::token_ids)
+      .def_property_readonly("text", [](const RequestDelta& d) { return utf8_text(d.text); })
+      .def_readonly("logprobs", &RequestDelta::logprobs)
+      .def_readonly("prompt_logprobs", &RequestDelta::prompt_logprobs)
+      .def_readonly("finished", &RequestDelta::finished)
+      .def_readonly("finish_reason", &RequestDelta::finish_reason)
+      .def_readonly("error", &RequestDelta::error);
+}
+
+void bind_stream_run(py::module_& m) {
+  py::class_<StreamRun>(m, "StreamRun", "One stream() call: pull a step's deltas with next(), close() to end it.")
+      .def("next", &StreamRun::next)
+      .def("token_text", &StreamRun::token_text, py::arg("token"))
+      .def("close", &StreamRun::close)
+      .def_property_readonly("closed", &StreamRun::closed);
+}
+
 using PromptInput = std::variant<std::string, std::vector<int32_t>>;
+
+std::vector<Prompt> to_prompts(const std::vector<PromptInput>& prompts) {
+  std::vector<Prompt> converted;
+  converted.reserve(prompts.size());
+  for (const PromptInput& p : prompts) {
+    if (const auto* text = std::get_if<std::string>(&p)) converted.push_back(Prompt::from_text(*text));
+    else converted.push_back(Prompt::from_tokens(std::get<std::vector<int32_t>>(p)));
+  }
+  return converted;
+}
 
 void bind_engine(py::module_& m) {
   py::class_<EngineHandle>(m, "Engine", "The loaded engine: generate, tokenizer calls and close.")
@@ -98,16 +130,15 @@ void bind_engine(py::module_& m) {
       .def(
           "generate",
           [](EngineHandle& self, const std::vector<PromptInput>& prompts, const std::vector<SamplingParams>& params,
-             const py::object& on_step, bool native_progress) {
-            std::vector<Prompt> converted;
-            converted.reserve(prompts.size());
-            for (const PromptInput& p : prompts) {
-              if (const auto* text = std::get_if<std::string>(&p)) converted.push_back(Prompt::from_text(*text));
-              else converted.push_back(Prompt::from_tokens(std::get<std::vector<int32_t>>(p)));
-            }
-            return self.generate(converted, params, on_step, native_progress);
-          },
+             const py::object& on_step,
+             bool native_progress) { return self.generate(to_prompts(prompts), params, on_step, native_progress); },
           py::arg("prompts"), py::arg("params"), py::arg("on_step") = py::none(), py::arg("native_progress") = false)
+      .def(
+          "stream",
+          [](EngineHandle& self, const std::vector<PromptInput>& prompts, const std::vector<SamplingParams>& params) {
+            return self.stream(to_prompts(prompts), params);
+          },
+          py::arg("prompts"), py::arg("params"), py::keep_alive<0, 1>())  // the engine outlives its streams
       .def("has_tokenizer", &EngineHandle::has_tokenizer)
       .def("encode", &EngineHandle::encode, py::arg("text"))
       .def("decode", &EngineHandle::decode, py::arg("token_ids"), py::arg("skip_special_tokens"))
@@ -137,5 +168,7 @@ PYBIND11_MODULE(_core, m) {
   bind_engine_config(m);
   bind_sampling_params(m);
   bind_request_output(m);
+  bind_request_delta(m);
+  bind_stream_run(m);
   bind_engine(m);
 }
