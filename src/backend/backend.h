@@ -32,6 +32,9 @@ struct AttentionBatch {
   int max_blocks_per_seq = 0;
   int block_size = 0;
   bool decode_only = false;  // every sequence has exactly one query row
+  // A mixed step: sequences [0, num_decode_rows) have one query row each and come before the prompt chunks, so
+  // a backend may run them as decode rows (0 otherwise; every row is still covered by the general contract).
+  int num_decode_rows = 0;
 };
 
 // The paged cache of one layer: [num_blocks, block_size, nkv, d] for K and for V, in compute_dtype().

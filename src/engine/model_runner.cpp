@@ -145,7 +145,7 @@ StepTensors ModelRunner::step_tensors(const StepShape& shape) const {
   step.positions = meta_->positions_tensor(shape.num_tokens);
   step.slot_mapping = meta_->slot_mapping_tensor(shape.num_tokens);
   step.attention = meta_->attention(shape.num_seqs, shape.max_seqlen_q, shape.max_seqlen_k, config_.kvcache_block_size,
-                                    shape.decode_only);
+                                    shape.decode_only, shape.num_decode_rows);
   return step;
 }
 
@@ -192,6 +192,7 @@ ModelRunner::StepShape ModelRunner::fill_metadata(const ScheduledBatch& batch) {
     if (item.samples) fill_sampling_row(num_samples++, shape.num_tokens - 1, item.seq->params, end);
   }
   shape.decode_only = shape.max_seqlen_q == 1;
+  shape.num_decode_rows = shape.decode_only ? 0 : batch.num_decode_rows;
   return shape;
 }
 

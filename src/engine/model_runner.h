@@ -40,6 +40,7 @@ class ModelRunner {
   struct StepShape {
     int num_tokens = 0, num_seqs = 0, max_seqlen_q = 0, max_seqlen_k = 0;
     bool decode_only = false;  // every sequence has one query row
+    int num_decode_rows = 0;   // a mixed step: its first sequences are decode rows
   };
 
   void allocate_kv_cache();

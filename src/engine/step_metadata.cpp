@@ -48,7 +48,7 @@ void StepMetadata::upload(int num_seqs) {
 }
 
 AttentionBatch StepMetadata::attention(int num_seqs, int max_seqlen_q, int max_seqlen_k, int block_size,
-                                       bool decode_only) const {
+                                       bool decode_only, int num_decode_rows) const {
   AttentionBatch a;
   a.cu_seqlens_q = device_i32(off_cu_seqlens_q_, num_seqs + 1);
   a.seq_lens_k = device_i32(off_seq_lens_k_, num_seqs);
@@ -60,6 +60,7 @@ AttentionBatch StepMetadata::attention(int num_seqs, int max_seqlen_q, int max_s
   a.max_blocks_per_seq = limits_.max_blocks_per_seq;
   a.block_size = block_size;
   a.decode_only = decode_only;
+  a.num_decode_rows = num_decode_rows;
   return a;
 }
 

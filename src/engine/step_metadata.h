@@ -47,7 +47,8 @@ class StepMetadata {
   Tensor positions_tensor(int n) const { return device_i32(off_positions_, n); }
   Tensor slot_mapping_tensor(int n) const { return device_i32(off_slot_mapping_, n); }
   Tensor logits_rows_tensor(int n) const { return device_i32(off_logits_rows_, n); }
-  AttentionBatch attention(int num_seqs, int max_seqlen_q, int max_seqlen_k, int block_size, bool decode_only) const;
+  AttentionBatch attention(int num_seqs, int max_seqlen_q, int max_seqlen_k, int block_size, bool decode_only,
+                           int num_decode_rows) const;
   SamplerInputs sampler_inputs(int rows) const;
 
   const StepLimits& limits() const { return limits_; }

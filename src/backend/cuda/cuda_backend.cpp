@@ -343,9 +343,26 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
   args.num_kv_heads = num_kv_heads;
   args.head_dim = head_dim;
   args.scale = scale;
-  if (batch.decode_only) {
+  if (batch.decode_only || batch.num_decode_rows > 0)
     require(reserved_, op, "reserve() must be called before decode attention (it sizes the split-KV workspace)");
+  if (batch.decode_only) {
     cuda::paged_attention_decode(args, attention_workspace_.data(), attention_workspace_.bytes(), stream_);
+  } else if (batch.num_decode_rows > 0) {
+    // A mixed step: the decode rows through the split-KV decode kernel, the prompt chunks after them through the
+    // prefill kernel. In the prefill launch a decode row would take a whole query tile and read its keys once per
+    // query head instead of once per KV head. Both kernels address q and out by cu_seqlens_q's absolute rows.
+    const int d = batch.num_decode_rows;
+    require(d < batch.num_seqs, op, "num_decode_rows must leave prompt rows (else the step is decode_only)");
+    cuda::PagedAttentionArgs decode = args;
+    decode.num_seqs = d;
+    decode.max_seqlen_q = 1;
+    cuda::paged_attention_decode(decode, attention_workspace_.data(), attention_workspace_.bytes(), stream_);
+    cuda::PagedAttentionArgs prefill = args;
+    prefill.cu_seqlens_q += d;
+    prefill.seq_lens_k += d;
+    prefill.block_tables += static_cast<size_t>(d) * batch.max_blocks_per_seq;
+    prefill.num_seqs -= d;
+    cuda::paged_attention_prefill(prefill, stream_);
   } else {
     cuda::paged_attention_prefill(args, stream_);
   }

@@ -1,6 +1,6 @@
-// paged_attention through CudaBackend (decode -> split-KV kernel with the reserved workspace, otherwise the
-// prefill kernel) against the CPU backend. The kernels themselves are tested in depth by
-// tests/cuda/attention; this checks the plumbing. Tolerance 2e-2 relative L2: bf16 q/K/V on both sides, the
+// paged_attention through CudaBackend (decode -> split-KV kernel with the reserved workspace, a mixed step's
+// decode rows -> the same, otherwise the prefill kernel) against the CPU backend. The kernels themselves are tested in
+// depth by tests/cuda/attention; this checks the plumbing. Tolerance 2e-2 relative L2: bf16 q/K/V on both sides, the
 // GPU rounds the probabilities to bf16 for the tensor-core P·V product and the output to bf16.
 #include <algorithm>
 #include <numeric>
@@ -14,6 +14,7 @@ struct AttentionCase {
   std::vector<int> q_lens;
   std::vector<int> k_lens;
   int num_heads, num_kv_heads, head_dim, block_size;
+  int num_decode_rows = 0;  // a mixed step's leading decode rows
 };
 
 class AttentionDispatchTest : public CudaOpsTest {
@@ -57,7 +58,8 @@ class AttentionDispatchTest : public CudaOpsTest {
                       max_k,
                       max_blocks,
                       bs,
-                      decode};
+                      decode,
+                      c.num_decode_rows};
     KvCacheLayer gcache{gpu_bf16(k, {num_blocks, bs, nkv, d}), gpu_bf16(v, {num_blocks, bs, nkv, d})};
     Tensor gout = gpu_empty(DType::BF16, {tokens, nh * d});
     gpu().paged_attention(gpu_bf16(q, {tokens, nh * d}), gcache, gb, nh, nkv, d, scale, gout);
@@ -70,11 +72,15 @@ class AttentionDispatchTest : public CudaOpsTest {
                       max_k,
                       max_blocks,
                       bs,
-                      decode};
+                      decode,
+                      c.num_decode_rows};
     KvCacheLayer ccache{cpu_f32(k, {num_blocks, bs, nkv, d}), cpu_f32(v, {num_blocks, bs, nkv, d})};
     Tensor cout_ = cpu_empty(DType::F32, {tokens, nh * d});
     cpu().paged_attention(cpu_f32(q, {tokens, nh * d}), ccache, cb, nh, nkv, d, scale, cout_);
-    expect_rel_l2(read_gpu(gout), read_cpu(cout_), 2e-2, decode ? "decode" : "prefill");
+    expect_rel_l2(read_gpu(gout), read_cpu(cout_), 2e-2,
+                  decode                  ? "decode"
+                  : c.num_decode_rows > 0 ? "mixed"
+                                          : "prefill");
   }
 };
 
@@ -86,6 +92,13 @@ TEST_F(AttentionDispatchTest, DecodeMatchesCpu) {
 TEST_F(AttentionDispatchTest, PrefillMatchesCpu) {
   run({{5, 10, 1}, {5, 33, 70}, 16, 8, 128, 16});  // fresh prefill, a chunk after a prefix, one decode row
   run({{129}, {129}, 8, 8, 64, 256});
+}
+
+// A mixed step: decode rows first (one through the split path: 700 keys), then a fresh prompt and a chunk after a
+// prefix; the decode rows go to the decode kernel, the rest to the prefill kernel, writing one output.
+TEST_F(AttentionDispatchTest, MixedStepMatchesCpu) {
+  run({{1, 1, 1, 17, 40}, {1, 700, 257, 17, 95}, 16, 8, 128, 16, 3});
+  run({{1, 64}, {33, 64}, 8, 2, 64, 64, 1});
 }
 
 }  // namespace
