@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 
+#include "bench_serve/latency_stats.h"
 #include "engine/llm_engine.h"
 
 namespace nanovllm::cli {
@@ -133,23 +133,15 @@ ArrivalReport run_arrival(LLMEngine& engine, const ArrivalShape& shape) {
   return r;
 }
 
-double quantile(std::vector<double> values, double q) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const double rank = std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1);
-  const auto below = static_cast<size_t>(std::floor(rank));
-  const size_t above = std::min(below + 1, values.size() - 1);
-  return values[below] + (rank - static_cast<double>(below)) * (values[above] - values[below]);
-}
-
 std::string format_arrival_report(const std::string& policy, const ArrivalReport& r) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "%-14s ITL p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms (%d steps)  |  TTFT p50 %7.1f ms  p99 %7.1f ms  "
                 "|  steps: %d decode, %d mixed, %d prefill%s",
-                policy.c_str(), 1e3 * quantile(r.inter_token_s, 0.5), 1e3 * quantile(r.inter_token_s, 0.99),
-                1e3 * quantile(r.inter_token_s, 1.0), r.max_steps_between_tokens, 1e3 * quantile(r.first_token_s, 0.5),
-                1e3 * quantile(r.first_token_s, 0.99), r.decode_steps, r.mixed_steps, r.prefill_steps,
+                policy.c_str(), 1e3 * percentile(r.inter_token_s, 50), 1e3 * percentile(r.inter_token_s, 99),
+                1e3 * percentile(r.inter_token_s, 100), r.max_steps_between_tokens,
+                1e3 * percentile(r.first_token_s, 50), 1e3 * percentile(r.first_token_s, 99), r.decode_steps,
+                r.mixed_steps, r.prefill_steps,
                 r.streams_finished_early > 0 ? "  (some streams ended early: raise --max-model-len)" : "");
   return line;
 }

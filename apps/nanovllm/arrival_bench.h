@@ -32,10 +32,6 @@ struct ArrivalReport {
 // The engine must be idle; it is idle again on return (the running streams are aborted at the end).
 ArrivalReport run_arrival(LLMEngine& engine, const ArrivalShape& shape);
 
-// The q-quantile (0..1) of `values` by linear interpolation between the nearest ranks (numpy's default);
-// 0 for none.
-double quantile(std::vector<double> values, double q);
-
 // One line for a policy's report: ITL p50/p99/max, TTFT p50/p99, steps by kind.
 std::string format_arrival_report(const std::string& policy, const ArrivalReport& r);
 
