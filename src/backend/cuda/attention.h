@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <string>
 
 namespace nanovllm::cuda {
 
@@ -42,5 +43,10 @@ void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, siz
 
 // Any q_len (prefill, chunked prefill, prefix-cache hits): causal, varlen, tensor-core MMA tiles.
 void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream);
+
+// Why the attention kernels cannot run a model with these heads, or "" when they can (head_dim 64 or 128, and a
+// decode group of at most 8 query heads per KV head). The backend asks when it is set up, so that such a model
+// is refused at load rather than at its first step.
+std::string unsupported_attention_heads(int num_heads, int num_kv_heads, int head_dim);
 
 }  // namespace nanovllm::cuda

@@ -348,6 +348,17 @@ size_t decode_workspace_counter_bytes(int num_seqs, int num_kv_heads) {
   return static_cast<size_t>(std::max(num_seqs, 0)) * std::max(num_kv_heads, 0) * sizeof(int);
 }
 
+std::string unsupported_attention_heads(int num_heads, int num_kv_heads, int head_dim) {
+  if (head_dim != 64 && head_dim != 128)
+    return "head_dim " + std::to_string(head_dim) + " (the attention kernels take 64 or 128)";
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0)
+    return std::to_string(num_heads) + " query heads over " + std::to_string(num_kv_heads) + " KV heads";
+  if (num_heads / num_kv_heads > kDecodeMaxGroup)
+    return std::to_string(num_heads / num_kv_heads) + " query heads per KV head (decode attention takes at most " +
+           std::to_string(kDecodeMaxGroup) + ")";
+  return "";
+}
+
 void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes,
                             cudaStream_t stream) {
   validate_args(args, "paged_attention_decode");

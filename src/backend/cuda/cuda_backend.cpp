@@ -95,6 +95,10 @@ size_t CudaBackend::bytes_allocated() const { return live_bytes_->load(); }
 
 void CudaBackend::reserve(const BackendLimits& limits) {
   make_current();
+  if (limits.head_dim > 0) {
+    const std::string why = cuda::unsupported_attention_heads(limits.num_heads, limits.num_kv_heads, limits.head_dim);
+    if (!why.empty()) throw InvalidInput("the CUDA backend cannot run this model: " + why + "; --device cpu runs it");
+  }
   limits_ = limits;
   if (limits.max_num_seqs > 0 && limits.num_heads > 0 && limits.head_dim > 0 && limits.max_model_len > 0) {
     const size_t bytes =

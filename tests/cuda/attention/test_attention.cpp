@@ -117,6 +117,17 @@ TEST(AttentionArgs, RejectsUnsupportedHeadDim) {
   EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, nullptr), EngineError);
 }
 
+// The shapes a model may have that the kernels cannot run, named (the backend refuses such a model at load).
+TEST(AttentionArgs, UnsupportedHeadsAreNamed) {
+  EXPECT_EQ(cuda::unsupported_attention_heads(16, 8, 128), "");
+  EXPECT_EQ(cuda::unsupported_attention_heads(32, 4, 64), "");
+  EXPECT_EQ(cuda::unsupported_attention_heads(8, 1, 64), "");
+  EXPECT_EQ(cuda::unsupported_attention_heads(4, 2, 32), "head_dim 32 (the attention kernels take 64 or 128)");
+  EXPECT_NE(cuda::unsupported_attention_heads(8, 8, 256).find("head_dim 256"), std::string::npos);
+  EXPECT_NE(cuda::unsupported_attention_heads(32, 2, 128).find("16 query heads per KV head"), std::string::npos);
+  EXPECT_NE(cuda::unsupported_attention_heads(12, 8, 128).find("12 query heads over 8 KV heads"), std::string::npos);
+}
+
 TEST(AttentionArgs, RejectsBadBlockSize) {
   for (int bs : {8, 24, 512}) {
     auto a = plausible_args();

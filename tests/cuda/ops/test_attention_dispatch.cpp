@@ -101,5 +101,26 @@ TEST_F(AttentionDispatchTest, MixedStepMatchesCpu) {
   run({{1, 64}, {33, 64}, 8, 2, 64, 64, 1});
 }
 
+// A model the attention kernels cannot run is refused when the backend is set up (at load), naming the shape.
+TEST(AttentionHeads, UnsupportedModelIsRefusedAtReserve) {
+  if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  CudaBackend gpu(0);
+  BackendLimits limits;
+  limits.max_num_tokens = 256;
+  limits.max_num_seqs = 8;
+  limits.max_model_len = 256;
+  limits.num_heads = 4;
+  limits.num_kv_heads = 2;
+  limits.head_dim = 32;
+  try {
+    gpu.reserve(limits);
+    ADD_FAILURE() << "head_dim 32 was accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot run this model: head_dim 32"), std::string::npos) << e.what();
+  }
+  limits.head_dim = 64;
+  EXPECT_NO_THROW(gpu.reserve(limits));
+}
+
 }  // namespace
 }  // namespace nanovllm::test
