@@ -20,7 +20,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 struct BenchArgs {
   EngineOptions engine;
   std::string workload;
-  bool latency = false, prefill = false, arrival = false;
+  bool latency = false, prefill = false, arrival = false, long_context = false;
   ArrivalShape arrival_shape;
   int num_prompts = -1;
   int batch_size = 1, input_len = 128, output_len = 256;  // --latency shape
@@ -111,7 +111,10 @@ int run_bench(const BenchArgs& a) {
   EngineConfig config = a.engine.resolve();
   BenchWorkload w;
   if (!a.latency && !a.prefill) {
-    w = a.workload.empty() ? nanovllm_bench_workload() : read_bench_workload(a.workload);
+    if (a.long_context && !a.workload.empty()) throw InvalidInput("--long-context and --workload: choose one");
+    w = a.long_context       ? long_context_bench_workload()
+        : a.workload.empty() ? nanovllm_bench_workload()
+                             : read_bench_workload(a.workload);
     w.keep_first(a.num_prompts);
     config.max_model_len = std::max(config.max_model_len, w.max_model_len);  // the workload's own setting
   }
@@ -193,6 +196,8 @@ void add_bench_command(CLI::App& app) {
   args->engine.add_to(*cmd);
   cmd->add_option("--workload", args->workload,
                   "workload JSON (prompt_token_ids, max_tokens); default: nano-vLLM bench.py's, generated");
+  cmd->add_flag("--long-context", args->long_context,
+                "16 prompts of 16k-30k tokens, 256-1024 output tokens each (max_model_len 32768)");
   cmd->add_option("--num-prompts", args->num_prompts, "use only the first N prompts of the workload");
   cmd->add_flag("--latency", args->latency, "batch 1, 128-token prompt, 256 output tokens: ms per token");
   cmd->add_option("--batch-size", args->batch_size, "--latency: sequences decoded together")->capture_default_str();

@@ -20,15 +20,27 @@ long long BenchWorkload::total_output_tokens() const {
   return std::accumulate(max_tokens.begin(), max_tokens.end(), 0LL);
 }
 
-BenchWorkload nanovllm_bench_workload() {
-  constexpr int kNumSeqs = 256, kMaxInputLen = 1024, kMaxOutputLen = 1024, kMaxTokenId = 10000;
+namespace {
+// bench.py's draw: every prompt (its length, then its ids in [0, 10000]), then every max_tokens.
+BenchWorkload random_workload(int num_seqs, int min_input_len, int max_input_len, int min_output_len,
+                              int max_output_len) {
+  constexpr int kMaxTokenId = 10000;
   PythonRandom random(0);
   BenchWorkload w;
-  for (int s = 0; s < kNumSeqs; ++s) {
-    std::vector<int32_t>& prompt = w.prompts.emplace_back(random.randint(100, kMaxInputLen));
+  for (int s = 0; s < num_seqs; ++s) {
+    std::vector<int32_t>& prompt = w.prompts.emplace_back(random.randint(min_input_len, max_input_len));
     for (int32_t& id : prompt) id = random.randint(0, kMaxTokenId);
   }
-  for (int s = 0; s < kNumSeqs; ++s) w.max_tokens.push_back(random.randint(100, kMaxOutputLen));
+  for (int s = 0; s < num_seqs; ++s) w.max_tokens.push_back(random.randint(min_output_len, max_output_len));
+  return w;
+}
+}  // namespace
+
+BenchWorkload nanovllm_bench_workload() { return random_workload(256, 100, 1024, 100, 1024); }
+
+BenchWorkload long_context_bench_workload() {
+  BenchWorkload w = random_workload(16, 16384, 30720, 256, 1024);
+  w.max_model_len = 32768;
   return w;
 }
 

@@ -23,6 +23,10 @@ struct BenchWorkload {
 // temperature 0.6, ignore_eos, max_model_len 4096.
 BenchWorkload nanovllm_bench_workload();
 
+// Long contexts, drawn the same way: seed 0, 16 prompts of [16384, 30720] random token ids, then 16 max_tokens in
+// [256, 1024]; temperature 0.6, ignore_eos, max_model_len 32768. Where prefill attention dominates.
+BenchWorkload long_context_bench_workload();
+
 // A JSON object with "prompt_token_ids" (lists of ids) and "max_tokens" (one per prompt), and optionally
 // "temperature", "ignore_eos" and "max_model_len". Throws InvalidInput naming the file and what is wrong.
 BenchWorkload read_bench_workload(const std::string& path);

@@ -48,6 +48,23 @@ TEST(BenchWorkload, IsNanoVllmBenchPy) {
   EXPECT_EQ(w.max_model_len, 4096);
 }
 
+// The long-context workload is the same draw with other bounds; totals from CPython's random with seed 0.
+TEST(BenchWorkload, LongContextIsCPythonsDraw) {
+  const BenchWorkload w = long_context_bench_workload();
+  ASSERT_EQ(w.prompts.size(), 16u);
+  size_t prompt_tokens = 0;
+  for (const auto& p : w.prompts) prompt_tokens += p.size();
+  EXPECT_EQ(prompt_tokens, 404149u);
+  EXPECT_EQ(w.total_output_tokens(), 10331);
+  EXPECT_EQ(w.prompts.front().size(), 30219u);
+  EXPECT_EQ(w.prompts.back().size(), 27384u);
+  EXPECT_EQ(w.prompts.front()[0], 6311);
+  EXPECT_EQ(w.prompts.back().back(), 5893);
+  EXPECT_EQ(w.max_tokens.front(), 346);
+  EXPECT_EQ(w.max_tokens.back(), 973);
+  EXPECT_EQ(w.max_model_len, 32768);
+}
+
 TEST(BenchWorkload, KeepFirst) {
   BenchWorkload w = nanovllm_bench_workload();
   w.keep_first(0);
