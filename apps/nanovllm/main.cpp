@@ -1,4 +1,4 @@
-// The `nanovllm` command: generate, tokenize, bench. Errors end as one line on stderr and exit code 1.
+// The `nanovllm` command: generate, tokenize, bench, serve. Errors end as one line on stderr and exit code 1.
 #include <iostream>
 #include <optional>
 #include <string>
@@ -8,6 +8,7 @@
 #include "bench_command.h"
 #include "common/error.h"
 #include "generate_command.h"
+#include "serve_command.h"
 #include "tokenize_command.h"
 
 namespace {
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   nanovllm::cli::add_generate_command(app);
   nanovllm::cli::add_tokenize_command(app);
   nanovllm::cli::add_bench_command(app);
+  nanovllm::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a subcommand's exit code

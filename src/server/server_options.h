@@ -1,0 +1,28 @@
+#pragma once
+// What `nanovllm serve` is told beyond the engine's settings: where to listen, who may call, what the model is
+// called, the limits that keep one client from hurting the others, and the request defaults.
+#include <cstddef>
+#include <string>
+
+#include "nanovllm/sampling_params.h"
+
+namespace nanovllm::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";            // loopback unless asked otherwise
+  int port = 8000;                           // 0: any free port (tests)
+  std::string api_key;                       // when set, /v1/* needs "Authorization: Bearer <key>"
+  std::string served_model_name;             // the only name "model" may carry
+  std::string model_path;                    // the folder, for /v1/models' "root"
+  size_t max_body_bytes = size_t{16} << 20;  // larger request bodies get 413
+  // Requests beyond max_num_seqs running plus this many waiting get 503 (queue bound).
+  int max_waiting_requests = 8192;
+  int io_threads = 2;  // threads running the connections (asynchronous: any number of connections each)
+
+  SamplingParams defaults;  // fields a request leaves out
+  // Whether max_tokens' default was set (flag or generation_config.json). If not, completions default to vLLM's
+  // 16 and chat to whatever fits in max_model_len, as vLLM does.
+  bool default_max_tokens_set = false;
+};
+
+}  // namespace nanovllm::server
