@@ -7,7 +7,15 @@ namespace nanovllm::server {
 Generation::Generation(GenerationContext context, bool stream, bool include_usage)
     : context_(std::move(context)), stream_(stream), include_usage_(include_usage) {}
 
-Generation::~Generation() { abort(); }
+Generation::~Generation() {
+  // The client left: the engine's last delta of each unfinished request will find no one to take it, so the
+  // abort is counted here.
+  for (const ChoiceState& c : choices_) {
+    if (c.output.finished) continue;
+    context_.engine.abort(c.choice.stream->request_id());
+    context_.metrics.record_abandoned();
+  }
+}
 
 void Generation::add_choice(Choice choice) { choices_.push_back(ChoiceState{std::move(choice), {}, {}, {}, false}); }
 

@@ -111,6 +111,9 @@ class Session : public std::enable_shared_from_this<Session> {
     ApiResult result = shared_.api.handle(request, wakeup());
     if (auto* reply = std::get_if<HttpReply>(&result)) return write_reply(std::move(*reply));
     generation_ = std::move(std::get<std::unique_ptr<Generation>>(result));
+    // Nothing else need hold the connection while the engine works (the disconnect watch ends when the client
+    // sends more): it holds itself until the generation is gone.
+    keep_self_ = shared_from_this();
     stream_.expires_never();
     watch_for_disconnect();
     poll();
@@ -164,8 +167,13 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void client_left() {
-    generation_.reset();  // aborts its requests
+    end_generation();  // aborts its requests
     close();
+  }
+
+  void end_generation() {
+    generation_.reset();
+    net::post(stream_.get_executor(), [self = std::move(keep_self_)] {});  // released after this handler
   }
 
   void poll() {
@@ -174,7 +182,7 @@ class Session : public std::enable_shared_from_this<Session> {
     const bool streaming = generation_->streaming();
     if (progress.end) {
       stream_ended_ = streaming && !progress.reply;
-      generation_.reset();
+      end_generation();
     }
     if (progress.reply) return write_reply(std::move(*progress.reply));
     if (!streaming || (progress.events.empty() && !stream_ended_)) return;  // nothing to send yet
@@ -266,6 +274,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::unique_ptr<Generation> generation_;
+  std::shared_ptr<Session> keep_self_;  // set while generation_ is
   std::atomic<bool> poll_scheduled_{false};
   uint64_t exchange_ = 0;  // which request a disconnect watch belongs to
   bool keep_alive_ = true;

@@ -1,8 +1,9 @@
 #include "server/metrics.h"
 
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <chrono>
-#include <sstream>
 
 namespace nanovllm::server {
 
@@ -17,12 +18,11 @@ const std::vector<double> kRequestLatencyBuckets = {0.3,  0.5,   0.8,   1.0,   1
                                                     5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
                                                     60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
-// Prometheus numbers: shortest round-trip form ("0.25", "1e-06", "+Inf").
+// Prometheus numbers: the shortest text that reads back as the same double ("0.005", "2560", "1e-06").
 std::string number(double v) {
-  std::ostringstream out;
-  out.precision(17);
-  out << v;
-  return out.str();
+  std::array<char, 32> text{};
+  const auto result = std::to_chars(text.data(), text.data() + text.size(), v);
+  return {text.data(), result.ptr};
 }
 
 // A label value with \\, \" and \n escaped, as the text format requires.
@@ -91,6 +91,11 @@ void ServerMetrics::record(const RequestDelta& delta, std::optional<EngineClock:
   ++finished_[delta.finish_reason];
   e2e_request_latency_.observe(seconds(delta.metrics.arrival_time, delta.time));
   if (delta.metrics.first_scheduled_time) request_queue_time_.observe(delta.metrics.queue_seconds());
+}
+
+void ServerMetrics::record_abandoned() {
+  std::lock_guard lock(mutex_);
+  ++finished_["abort"];
 }
 
 std::string ServerMetrics::render(const EngineStats& stats) const {

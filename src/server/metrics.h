@@ -38,6 +38,8 @@ class ServerMetrics {
   // One request's next delta (in order): counts its tokens and, at its first token and its end, its latencies.
   // `last_token_time` is the request's own state, kept by the caller between deltas.
   void record(const RequestDelta& delta, std::optional<EngineClock::time_point>& last_token_time);
+  // A request whose client left before its end: counted as aborted (its last delta is never read).
+  void record_abandoned();
   // The text exposition, engine gauges as of `stats`.
   std::string render(const EngineStats& stats) const;
 
