@@ -32,6 +32,7 @@ void raise_open_file_limit() {
 int run_serve(ServeArgs& a) {
   if (a.sampling.logprobs || a.sampling.prompt_logprobs)
     throw InvalidInput("--logprobs and --prompt-logprobs are request fields for the server (\"logprobs\")");
+  a.server.validate();  // before the model loads: a typo fails in a second
   EngineConfig config = a.engine.resolve();
   config.show_progress = false;
   server::ServerOptions options = a.server;
@@ -72,6 +73,10 @@ void add_serve_command(CLI::App& app) {
                   "requests beyond --max-num-seqs plus this many in flight get 503")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--reasoning-parser", s.reasoning_parser, "qwen3: <think>...</think> into reasoning_content");
+  cmd->add_flag("--enable-auto-tool-choice", s.enable_auto_tool_choice,
+                "parse tool calls for requests with tools (tool_choice \"auto\"); needs --tool-call-parser");
+  cmd->add_option("--tool-call-parser", s.tool_call_parser, "hermes: <tool_call>{json}</tool_call> into tool_calls");
   cmd->callback([args] { throw CLI::RuntimeError(run_serve(*args)); });
 }
 

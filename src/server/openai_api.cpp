@@ -61,7 +61,9 @@ OpenAiApi::OpenAiApi(AsyncEngine& engine, ServerOptions options)
       max_model_len_(engine.config().max_model_len),
       metrics_(options_.served_model_name),
       in_flight_(engine.config().max_num_seqs + options_.max_waiting_requests),
-      random_(std::random_device{}()) {}
+      random_(std::random_device{}()) {
+  options_.validate();
+}
 
 ApiResult OpenAiApi::handle(const ApiRequest& request, const AsyncEngine::Wakeup& on_ready) {
   try {
@@ -241,7 +243,7 @@ std::unique_ptr<Generation> OpenAiApi::completions(const std::string& body, cons
 std::unique_ptr<Generation> OpenAiApi::chat_completions(const std::string& body, const AsyncEngine::Wakeup& on_ready) {
   ChatRequest request = parse_chat_request(parse_body(body), options_.defaults);
   check_model(request.model);
-  if (request.auto_tool_choice)
+  if (request.auto_tool_choice && !options_.enable_auto_tool_choice)
     throw invalid_field("tool_choice",
                         "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
   std::string prompt;
@@ -256,7 +258,9 @@ std::unique_ptr<Generation> OpenAiApi::chat_completions(const std::string& body,
   request.params.max_tokens = max_tokens_for(request.max_tokens, c.prompt_ids.size(), true);
   const std::optional<int> top_logprobs = request.logprobs ? std::optional<int>(request.top_logprobs) : std::nullopt;
   auto generation =
-      std::make_unique<ChatGeneration>(context("chatcmpl-", 1), request.stream, request.include_usage, top_logprobs);
+      std::make_unique<ChatGeneration>(context("chatcmpl-", 1), request.stream, request.include_usage, top_logprobs,
+                                       ChatOutputParser(!options_.reasoning_parser.empty(), request.auto_tool_choice),
+                                       [this] { return random_id("call_").substr(0, 29); });
   c.stream = engine_.submit(Prompt::from_tokens(c.prompt_ids), request.params, on_ready);
   generation->add_choice(std::move(c));
   return generation;

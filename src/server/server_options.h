@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <string>
 
+#include "common/error.h"
 #include "nanovllm/sampling_params.h"
 
 namespace nanovllm::server {
@@ -19,10 +20,27 @@ struct ServerOptions {
   int max_waiting_requests = 8192;
   int io_threads = 2;  // threads running the connections (asynchronous: any number of connections each)
 
+  std::string reasoning_parser;          // "" or "qwen3": <think>...</think> into reasoning_content
+  std::string tool_call_parser;          // "" or "hermes": <tool_call>{json}</tool_call> into tool_calls
+  bool enable_auto_tool_choice = false;  // parse tool calls for requests with tools and tool_choice "auto"
+
+  // Throws InvalidInput for an unknown parser or auto tool choice without a parser (the CLI's one-line error).
+  void validate() const;
+
   SamplingParams defaults;  // fields a request leaves out
   // Whether max_tokens' default was set (flag or generation_config.json). If not, completions default to vLLM's
   // 16 and chat to whatever fits in max_model_len, as vLLM does.
   bool default_max_tokens_set = false;
 };
+
+inline void ServerOptions::validate() const {
+  if (!reasoning_parser.empty() && reasoning_parser != "qwen3")
+    throw InvalidInput("--reasoning-parser must be qwen3, got '" + reasoning_parser + "'");
+  if (!tool_call_parser.empty() && tool_call_parser != "hermes")
+    throw InvalidInput("--tool-call-parser must be hermes, got '" + tool_call_parser + "'");
+  if (enable_auto_tool_choice && tool_call_parser.empty())
+    throw InvalidInput("--enable-auto-tool-choice needs --tool-call-parser hermes");
+  if (max_waiting_requests < 0) throw InvalidInput("--max-waiting-requests must be >= 0");
+}
 
 }  // namespace nanovllm::server

@@ -244,6 +244,9 @@ def test_bad_requests(port):
         ("/v1/chat/completions", dict(CHAT, top_logprobs=2), 400, "top_logprobs", None),
         ("/v1/chat/completions", dict(CHAT, response_format={"type": "json_object"}), 400, "response_format", None),
         ("/v1/chat/completions", dict(CHAT, tool_choice="required"), 400, "tool_choice", None),
+        ("/v1/chat/completions", dict(CHAT, tools=[{"type": "function", "function": {"name": "f"}}]), 400,
+         "tool_choice", "--enable-auto-tool-choice"),
+        ("/v1/chat/completions", dict(CHAT, tools=[{"type": "function"}]), 400, "tools", None),
         ("/tokenize", {"prompt": 5}, 400, "prompt", None),
         ("/detokenize", {"tokens": [1, 10**9]}, 400, "tokens", None),
     ]
@@ -391,6 +394,25 @@ def test_thousand_streams(port):
 
 
 # ---- tests on servers of their own ----
+
+def test_bad_flags():
+    for flags, message in ((["--reasoning-parser", "deepseek"], "--reasoning-parser must be qwen3"),
+                           (["--tool-call-parser", "mistral"], "--tool-call-parser must be hermes"),
+                           (["--enable-auto-tool-choice"], "needs --tool-call-parser hermes"),
+                           (["--host", "not-an-ip"], "--host must be an IP address"),
+                           (["--logprobs", "2"], "request fields")):
+        proc = subprocess.run([NANOVLLM, "serve", "--model", MODEL, "--port", "0", *ENGINE, *flags],
+                              capture_output=True, text=True, timeout=60)
+        lines = [l for l in proc.stderr.splitlines() if not l.startswith("nanovllm: ")]
+        assert proc.returncode == 1 and len(lines) == 1 and message in lines[0], (flags, proc.returncode, proc.stderr)
+    # A port that is taken.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = subprocess.run([NANOVLLM, "serve", "--model", MODEL, "--port", str(taken.getsockname()[1]), *ENGINE],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1 and "cannot listen on 127.0.0.1:" in proc.stderr, proc.stderr
+
 
 def test_default_max_tokens():
     # vLLM's defaults: 16 for completions; for chat, all that fits in max_model_len (ignore_eos runs it out).

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -256,6 +257,139 @@ TEST(OpenAiApi, AFailedEngineIsUnhealthy) {
   EXPECT_NE(health.body.find("device lost"), std::string::npos);
   ApiResult next = api.handle({"POST", "/v1/completions", "", R"({"model": "tiny", "prompt": [1]})"}, {});
   EXPECT_EQ(std::get<HttpReply>(next).status, 503);
+}
+
+// The demo model (Qwen3's vocabulary, random weights) with the Qwen3 tokenizer: chat prompts tokenize within its
+// vocabulary. Empty when the tokenizer files are missing.
+EngineConfig demo_with_tokenizer(const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path tiny = test::tiny_model_with_tokenizer(name);
+  if (tiny.empty()) return {};
+  fs::copy_file(NANOVLLM_CONFIGS_DIR "/demo_qwen3.json", tiny / "config.json", fs::copy_options::overwrite_existing);
+  EngineConfig c = test::tiny_config();
+  c.model = tiny.string();
+  c.max_model_len = 512;
+  c.num_kvcache_blocks = 64;
+  return c;
+}
+
+// Runs the model, but every token's text comes from a script, one piece per token: output the random weights
+// would never write (reasoning, tool calls) for the parsers behind the API.
+class ScriptedEngine : public LLMEngine {
+ public:
+  ScriptedEngine(EngineConfig config, std::vector<std::string> pieces)
+      : LLMEngine(std::move(config)), pieces_(std::move(pieces)) {}
+  std::vector<RequestDelta> step_deltas() override {
+    std::vector<RequestDelta> deltas = LLMEngine::step_deltas();
+    for (RequestDelta& d : deltas) {
+      size_t& next = next_piece_[d.request_id];
+      d.text.clear();
+      for (size_t i = 0; i < d.token_ids.size() && next < pieces_.size(); ++i) d.text += pieces_[next++];
+    }
+    return deltas;
+  }
+
+ private:
+  std::vector<std::string> pieces_;
+  std::map<int64_t, size_t> next_piece_;
+};
+
+// The reply (non-streamed) or the event stream's bytes, once the generation ends.
+std::string run_to_end(ApiResult result) {
+  if (auto* reply = std::get_if<HttpReply>(&result)) return reply->body;
+  Generation& generation = *std::get<std::unique_ptr<Generation>>(result);
+  std::string events;
+  for (int i = 0; i < 2000; ++i) {
+    Generation::Progress p = generation.poll();
+    events += p.events;
+    if (p.reply) return p.reply->body;
+    if (p.end) return events;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ADD_FAILURE() << "no end";
+  return events;
+}
+
+// The chunks of an event stream, [DONE] checked and dropped.
+std::vector<nlohmann::json> chunks_of(const std::string& events) {
+  std::vector<nlohmann::json> chunks;
+  size_t at = 0;
+  while (at < events.size()) {
+    const size_t end = events.find("\n\n", at);
+    const std::string line = events.substr(at, end - at);
+    EXPECT_TRUE(line.starts_with("data: ")) << line;
+    at = end + 2;
+    if (line == "data: [DONE]") {
+      EXPECT_EQ(at, events.size());
+      return chunks;
+    }
+    chunks.push_back(nlohmann::json::parse(line.substr(6)));
+  }
+  ADD_FAILURE() << "no [DONE]";
+  return chunks;
+}
+
+TEST(OpenAiApi, ReasoningAndToolCallsParsedWholeAndStreamed) {
+  EngineConfig c = demo_with_tokenizer("nanovllm_server_parsers");
+  if (c.model.empty()) GTEST_SKIP() << "no Qwen3 tokenizer files (scripts/fetch_tokenizer.sh)";
+  const std::string script =
+      "<think>\nThe user wants the weather.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", "
+      "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{bad json}\n</tool_call>";
+  std::vector<std::string> pieces;
+  for (size_t i = 0; i < script.size(); i += 3) pieces.push_back(script.substr(i, 3));
+  AsyncEngine engine(std::make_unique<ScriptedEngine>(c, pieces));
+  ServerOptions o = options();
+  o.reasoning_parser = "qwen3";
+  o.tool_call_parser = "hermes";
+  o.enable_auto_tool_choice = true;
+  OpenAiApi api(engine, o);
+  nlohmann::json request = nlohmann::json::parse(R"({"model": "tiny", "ignore_eos": true, "temperature": 0,
+      "messages": [{"role": "user", "content": "Weather in Paris?"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]})");
+  request["max_tokens"] = pieces.size();
+  const auto post = [&](const nlohmann::json& body) {
+    return run_to_end(api.handle({"POST", "/v1/chat/completions", "", body.dump()}, {}));
+  };
+
+  const nlohmann::json whole = nlohmann::json::parse(post(request));
+  const nlohmann::json& message = whole["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "The user wants the weather.") << whole;
+  EXPECT_EQ(message["content"], "Let me check.\n<tool_call>\n{bad json}\n</tool_call>") << whole;
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << whole;
+  const nlohmann::json& call = message["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], R"({"city":"Paris"})");
+  EXPECT_TRUE(call["id"].get<std::string>().starts_with("call_")) << call;
+  EXPECT_EQ(call["id"].get<std::string>().size(), 29u);
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+
+  request["stream"] = true;
+  std::string reasoning, content;
+  nlohmann::json calls = nlohmann::json::array();
+  const std::vector<nlohmann::json> chunks = chunks_of(post(request));
+  ASSERT_GE(chunks.size(), 3u);
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  for (const nlohmann::json& chunk : chunks) {
+    const nlohmann::json& delta = chunk["choices"][0]["delta"];
+    reasoning += delta.value("reasoning_content", "");
+    content += delta.value("content", "");
+    for (const nlohmann::json& call : delta.value("tool_calls", nlohmann::json::array())) calls.push_back(call);
+  }
+  EXPECT_EQ(reasoning, message["reasoning_content"]);
+  EXPECT_EQ(content, message["content"]);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["index"], 0);
+  EXPECT_EQ(calls[0]["function"], call["function"]);
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "tool_calls");
+
+  // tool_choice "none": the calls stay text (the reasoning is still split off: that parser is the server's).
+  request["stream"] = false;
+  request["tool_choice"] = "none";
+  const nlohmann::json plain = nlohmann::json::parse(post(request));
+  EXPECT_FALSE(plain["choices"][0]["message"].contains("tool_calls")) << plain;
+  EXPECT_EQ(plain["choices"][0]["finish_reason"], "length");
+  EXPECT_NE(plain["choices"][0]["message"]["content"].get<std::string>().find("<tool_call>"), std::string::npos);
 }
 
 // A blocking loopback client, enough to leave in the middle of a stream.
