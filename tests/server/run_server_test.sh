@@ -20,10 +20,9 @@ rm -rf "${model}"
 case "${which_test}" in
   http) exec python3 "${here}/http_test.py" "${nanovllm}" "${model}" ;;
   openai)
-    modules="${repo}/third_party_data/openai-client/node_modules"
-    if [[ ! -d "${modules}/openai" ]]; then
-      echo "error: ${modules}/openai is missing: run scripts/install_openai_client.sh" >&2; exit 1
+    if [[ ! -f "${here}/openai_client/node_modules/openai/package.json" ]]; then
+      echo "error: the openai npm package is missing: run scripts/install_openai_client.sh" >&2; exit 1
     fi
-    NODE_PATH="${modules}" exec node "${here}/openai_client/openai_client_test.mjs" "${nanovllm}" "${model}" ;;
+    exec node "${here}/openai_client/openai_client_test.mjs" "${nanovllm}" "${model}" "${@:5}" ;;
   *) echo "error: unknown test '${which_test}' (http or openai)" >&2; exit 1 ;;
 esac

@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -15,6 +14,7 @@
 #include "common/error.h"
 #include "engine/llm_engine.h"
 #include "engine/tiny_model.h"
+#include "scripted_engine.h"
 #include "server/api_error.h"
 #include "server/http_server.h"
 #include "server/in_flight_limit.h"
@@ -273,27 +273,6 @@ EngineConfig demo_with_tokenizer(const std::string& name) {
   return c;
 }
 
-// Runs the model, but every token's text comes from a script, one piece per token: output the random weights
-// would never write (reasoning, tool calls) for the parsers behind the API.
-class ScriptedEngine : public LLMEngine {
- public:
-  ScriptedEngine(EngineConfig config, std::vector<std::string> pieces)
-      : LLMEngine(std::move(config)), pieces_(std::move(pieces)) {}
-  std::vector<RequestDelta> step_deltas() override {
-    std::vector<RequestDelta> deltas = LLMEngine::step_deltas();
-    for (RequestDelta& d : deltas) {
-      size_t& next = next_piece_[d.request_id];
-      d.text.clear();
-      for (size_t i = 0; i < d.token_ids.size() && next < pieces_.size(); ++i) d.text += pieces_[next++];
-    }
-    return deltas;
-  }
-
- private:
-  std::vector<std::string> pieces_;
-  std::map<int64_t, size_t> next_piece_;
-};
-
 // The reply (non-streamed) or the event stream's bytes, once the generation ends.
 std::string run_to_end(ApiResult result) {
   if (auto* reply = std::get_if<HttpReply>(&result)) return reply->body;
@@ -335,9 +314,8 @@ TEST(OpenAiApi, ReasoningAndToolCallsParsedWholeAndStreamed) {
   const std::string script =
       "<think>\nThe user wants the weather.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", "
       "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{bad json}\n</tool_call>";
-  std::vector<std::string> pieces;
-  for (size_t i = 0; i < script.size(); i += 3) pieces.push_back(script.substr(i, 3));
-  AsyncEngine engine(std::make_unique<ScriptedEngine>(c, pieces));
+  const std::vector<std::string> pieces = test::ScriptedEngine::pieces_of(script, 3);
+  AsyncEngine engine(std::make_unique<test::ScriptedEngine>(c, pieces));
   ServerOptions o = options();
   o.reasoning_parser = "qwen3";
   o.tool_call_parser = "hermes";
