@@ -84,8 +84,25 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(shared_.max_body_bytes);
     stream_.expires_after(kRequestTimeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_request(ec); });
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_head(ec); });
+  }
+
+  // A client that sent "Expect: 100-continue" (curl does for bodies over 1 KiB) waits for a go-ahead before
+  // the body; one whose head is refused (a body over the limit) gets the refusal instead.
+  void on_head(beast::error_code ec) {
+    if (ec || parser_->is_done()) return on_request(ec);
+    const auto read_body = [self = shared_from_this()] {
+      http::async_read(self->stream_, self->buffer_, *self->parser_,
+                       [self](beast::error_code read_ec, size_t) { self->on_request(read_ec); });
+    };
+    if (!beast::iequals(parser_->get()[http::field::expect], "100-continue")) return read_body();
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
+                     [self = shared_from_this(), read_body](beast::error_code write_ec, size_t) {
+                       if (write_ec) return self->close();
+                       read_body();
+                     });
   }
 
   void on_request(beast::error_code ec) {

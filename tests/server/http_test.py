@@ -293,6 +293,18 @@ def test_malformed_http(port):
     assert request(port, "GET", "/health")[0] == 200
 
 
+def test_expect_continue(port):
+    # curl sends "Expect: 100-continue" for bodies over 1 KiB and waits for the go-ahead before the body.
+    body = json.dumps(dict(COMPLETION, prompt="word " * 300, max_tokens=2)).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        assert s.recv(4096) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        s.sendall(body)
+        assert s.recv(4096).startswith(b"HTTP/1.1 200 OK")
+    code, _ = raw(port, b"POST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 70000\r\n\r\n")
+    assert code == 413, code
+
+
 def test_keep_alive(port):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     for path in ("/health", "/v1/models"):
