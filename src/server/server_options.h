@@ -41,6 +41,7 @@ inline void ServerOptions::validate() const {
   if (enable_auto_tool_choice && tool_call_parser.empty())
     throw InvalidInput("--enable-auto-tool-choice needs --tool-call-parser hermes");
   if (max_waiting_requests < 0) throw InvalidInput("--max-waiting-requests must be >= 0");
+  if (port < 0 || port > 65535) throw InvalidInput("--port must be in [0, 65535], got " + std::to_string(port));
 }
 
 }  // namespace nanovllm::server

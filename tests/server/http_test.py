@@ -412,6 +412,7 @@ def test_bad_flags():
                            (["--tool-call-parser", "mistral"], "--tool-call-parser must be hermes"),
                            (["--enable-auto-tool-choice"], "needs --tool-call-parser hermes"),
                            (["--host", "not-an-ip"], "--host must be an IP address"),
+                           (["--port", "70000"], "--port must be in [0, 65535]"),
                            (["--logprobs", "2"], "request fields")):
         proc = subprocess.run([NANOVLLM, "serve", "--model", MODEL, "--port", "0", *ENGINE, *flags],
                               capture_output=True, text=True, timeout=60)
