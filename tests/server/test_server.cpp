@@ -384,6 +384,12 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
   void send(const std::string& data) { EXPECT_EQ(::send(fd_, data.data(), data.size(), 0), ssize_t(data.size())); }
+  // Everything until the server closes the connection.
+  std::string receive_all() {
+    std::string all;
+    for (std::string piece = receive(); !piece.empty(); piece = receive()) all += piece;
+    return all;
+  }
   std::string receive() {
     std::string buffer(65536, '\0');
     const ssize_t n = ::recv(fd_, buffer.data(), buffer.size(), 0);
@@ -446,6 +452,66 @@ TEST(HttpServer, AClientThatLeavesMidStreamFreesItsKvBlocksWithinAStep) {
   }
   server.stop();
   serving.join();
+}
+
+// Many connections on two I/O threads at once: streams that run to their end, clients that leave, and a stop
+// with streams in flight (each still gets its last chunk and [DONE]). Run under ThreadSanitizer too.
+TEST(HttpServer, ManyStreamsLeavingClientsAndAStopWithStreamsInFlight) {
+  EngineConfig c = tiny_with_tokenizer("nanovllm_server_many");
+  if (c.model.empty()) GTEST_SKIP() << "no Qwen3 tokenizer files (scripts/fetch_tokenizer.sh)";
+  c.max_num_seqs = 16;
+  c.num_kvcache_blocks = 160;
+  AsyncEngine engine(std::make_unique<SlowEngine>(c));
+  OpenAiApi api(engine, options());
+  HttpServer server(api, "127.0.0.1", 0, 2, 1 << 20);
+  std::thread serving([&] { server.run(false); });
+  const int free_at_start = engine.stats().num_free_kv_blocks;
+  const auto request = [](int max_tokens) {
+    const std::string body = R"({"model": "tiny", "prompt": [5, 6, 7], "ignore_eos": true, "stream": true, )"
+                             R"("max_tokens": )" +
+                             std::to_string(max_tokens) + "}";
+    return "POST /v1/completions HTTP/1.1\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\n\r\n" + body;
+  };
+  const std::string stream_end = "data: [DONE]\n\n\r\n0\r\n\r\n";
+
+  std::vector<std::thread> clients;
+  std::atomic<int> finished{0};
+  for (int i = 0; i < 16; ++i) {
+    clients.emplace_back([&, i] {
+      Client client(server.port());
+      if (i % 4 == 3) {  // leaves after the first bytes
+        client.send(request(200));
+        EXPECT_FALSE(client.receive().empty());
+        return;
+      }
+      client.send(request(5));
+      const std::string all = client.receive_all();
+      EXPECT_TRUE(all.ends_with(stream_end)) << all;
+      EXPECT_NE(all.find(R"("finish_reason":"length")"), std::string::npos) << all;
+      ++finished;
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(finished, 12);
+
+  std::vector<std::unique_ptr<Client>> in_flight;
+  for (int i = 0; i < 4; ++i) {
+    in_flight.push_back(std::make_unique<Client>(server.port()));
+    in_flight.back()->send(request(240));
+    EXPECT_TRUE(in_flight.back()->receive().starts_with("HTTP/1.1 200 OK"));
+  }
+  server.stop();
+  for (const auto& client : in_flight) {
+    const std::string rest = client->receive_all();
+    EXPECT_TRUE(rest.ends_with(stream_end)) << rest;
+    EXPECT_NE(rest.find(R"("finish_reason":"abort")"), std::string::npos) << rest;
+  }
+  serving.join();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (engine.stats().num_free_kv_blocks != free_at_start && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(engine.stats().num_free_kv_blocks, free_at_start);
 }
 
 }  // namespace
