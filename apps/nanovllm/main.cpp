@@ -1,4 +1,5 @@
-// The `nanovllm` command: generate, tokenize, bench, serve. Errors end as one line on stderr and exit code 1.
+// The `nanovllm` command: generate, tokenize, bench, bench-serve, serve. Errors end as one line on stderr and
+// exit code 1.
 #include <iostream>
 #include <optional>
 #include <string>
@@ -6,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench_command.h"
+#include "bench_serve/bench_serve_command.h"
 #include "common/error.h"
 #include "generate_command.h"
 #include "serve_command.h"
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
   nanovllm::cli::add_generate_command(app);
   nanovllm::cli::add_tokenize_command(app);
   nanovllm::cli::add_bench_command(app);
+  nanovllm::cli::add_bench_serve_command(app);
   nanovllm::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
