@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`nanovllm serve` over raw HTTP: every error code, malformed requests, the API key, the queue bound, a client
-that leaves mid-stream, SIGTERM with streams in flight and 1,000 concurrent streams.
+that leaves mid-stream, SIGTERM with streams in flight, 1,000 concurrent streams, and the load generator
+(`nanovllm bench-serve`) against it.
 
 Only Python's standard library (http.client, sockets, asyncio): raw sockets send exactly the bytes a test needs
 (broken request lines, bodies cut short, a close in the middle of a stream) and asyncio holds 1,000 connections
@@ -431,6 +432,28 @@ def test_thousand_streams(port):
     assert len(counts) == 1000
     print(f"  1000 concurrent streams in {time.time() - start:.1f} s")
     wait_idle(port, -1, 5.0)
+
+
+def test_load_generator(port):
+    # `nanovllm bench-serve` (streamed completions with token-id prompts and include_usage) against this server.
+    import os
+    import random
+    import tempfile
+    rng = random.Random(3)
+    workload = {"prompt_token_ids": [[rng.randrange(100, 50000) for _ in range(rng.randint(5, 40))] for _ in range(24)],
+                "max_tokens": [rng.randint(2, 8) for _ in range(24)], "ignore_eos": True}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(workload, f)
+    try:
+        proc = subprocess.run([NANOVLLM, "bench-serve", "--base-url", f"http://127.0.0.1:{port}", "--workload", f.name,
+                               "--request-rate", "50", "--max-concurrency", "8"],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        os.unlink(f.name)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert re.search(r"completed requests:\s+24\b", out) and re.search(r"failed requests:\s+0\b", out), out
+    assert re.search(rf"output tokens:\s+{sum(workload['max_tokens'])}\b", out), out
 
 
 # ---- tests on servers of their own ----
