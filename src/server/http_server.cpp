@@ -116,14 +116,14 @@ class Session : public std::enable_shared_from_this<Session> {
                            ec != http::error::end_of_stream && ec != http::error::partial_message;
     if (malformed) return refuse(ApiError(400, "malformed HTTP request: " + ec.message()));
     if (ec) return close();  // the client left or timed out
-    const http::request<http::string_body>& req = parser_->get();
+    http::request<http::string_body>& req = parser_->get();
     keep_alive_ = req.keep_alive() && !closing_;
     ApiRequest request;
     request.method = std::string(req.method_string());
     request.target = std::string(req.target());
     if (auto it = req.find(http::field::authorization); it != req.end())
       request.authorization = std::string(it->value());
-    request.body = req.body();
+    request.body = std::move(parser_->get().body());
     ++exchange_;
     ApiResult result = shared_.api.handle(request, wakeup());
     if (auto* reply = std::get_if<HttpReply>(&result)) return write_reply(std::move(*reply));
@@ -261,6 +261,8 @@ class Session : public std::enable_shared_from_this<Session> {
     start([self = shared_from_this(), after](beast::error_code ec, size_t) {
       self->writing_ = false;
       if (ec) return self->client_left();  // a write that fails means the client is gone
+      // The next piece waits for the engine, however long that takes (an expired timer would fail it).
+      self->stream_.expires_never();
       after();
       if (self->last_chunk_sent_) {
         self->last_chunk_sent_ = false;
