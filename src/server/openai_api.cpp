@@ -228,6 +228,7 @@ std::unique_ptr<Generation> OpenAiApi::completions(const std::string& body, cons
       c.prompt_text = prompt.token_ids.empty() ? prompt.text : tokenizer_.decode(prompt.token_ids, false);
     params.push_back(request.params);
     params.back().max_tokens = max_tokens_for(request.max_tokens, c.prompt_ids.size(), false);
+    validate_sampling(params.back());
     choices.push_back(std::move(c));
   }
   auto generation =
@@ -256,6 +257,7 @@ std::unique_ptr<Generation> OpenAiApi::chat_completions(const std::string& body,
   Generation::Choice c;
   c.prompt_ids = encode(prompt, "messages");
   request.params.max_tokens = max_tokens_for(request.max_tokens, c.prompt_ids.size(), true);
+  validate_sampling(request.params);
   const std::optional<int> top_logprobs = request.logprobs ? std::optional<int>(request.top_logprobs) : std::nullopt;
   auto generation =
       std::make_unique<ChatGeneration>(context("chatcmpl-", 1), request.stream, request.include_usage, top_logprobs,

@@ -151,15 +151,6 @@ void parse_common(const Json& body, const SamplingParams& defaults, GenerationRe
   }
 }
 
-// SamplingParams' own checks, as a 400 (its messages name the field).
-void validate(const SamplingParams& p) {
-  try {
-    p.validate();
-  } catch (const InvalidInput& e) {
-    throw ApiError(400, e.what());
-  }
-}
-
 std::vector<Prompt> prompts_of(const Json& body) {
   if (!body.contains("prompt")) throw invalid_field("prompt", "field 'prompt' is required");
   const Json& v = body["prompt"];
@@ -186,7 +177,22 @@ std::vector<Prompt> prompts_of(const Json& body) {
     if (p.text.empty() && p.token_ids.empty()) throw invalid_field("prompt", "field 'prompt' holds an empty prompt");
   return prompts;
 }
+// The checks that do not need the prompt: max_tokens, when the request leaves it to its default, is settled
+// with the prompt's length (validate_sampling again then).
+void validate(const GenerationRequest& r) {
+  SamplingParams p = r.params;
+  p.max_tokens = r.max_tokens.value_or(std::numeric_limits<int>::max());
+  validate_sampling(p);
+}
 }  // namespace
+
+void validate_sampling(const SamplingParams& params) {
+  try {
+    params.validate();
+  } catch (const InvalidInput& e) {
+    throw ApiError(400, e.what());
+  }
+}
 
 CompletionRequest parse_completion_request(const Json& body, const SamplingParams& defaults) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
@@ -204,7 +210,7 @@ CompletionRequest parse_completion_request(const Json& body, const SamplingParam
   r.params.logprobs = r.logprobs;
   // Echoed prompts carry their logprobs too, as in OpenAI's API.
   r.params.prompt_logprobs = r.echo && r.logprobs ? r.logprobs : std::nullopt;
-  validate(r.params);
+  validate(r);
   return r;
 }
 
@@ -263,7 +269,7 @@ ChatRequest parse_chat_request(const Json& body, const SamplingParams& defaults)
   }
   r.params.logprobs = r.logprobs ? std::optional<int>(r.top_logprobs) : std::nullopt;
   r.params.prompt_logprobs.reset();
-  validate(r.params);
+  validate(r);
   return r;
 }
 

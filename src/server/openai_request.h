@@ -38,6 +38,9 @@ struct ChatRequest : GenerationRequest {
   int top_logprobs = 0;
 };
 
+// SamplingParams' own checks as a 400 (the message names the field).
+void validate_sampling(const SamplingParams& params);
+
 // Both throw ApiError 400 naming the field at fault.
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, const SamplingParams& defaults);
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const SamplingParams& defaults);

@@ -240,6 +240,8 @@ def test_bad_requests(port):
         ("/v1/completions", dict(COMPLETION, stream_options={"include_usage": True}), 400, "stream_options", None),
         ("/v1/completions", dict(COMPLETION, stream=True, stream_options={"x": 1}), 400, "stream_options", None),
         ("/v1/completions", {"prompt": "a"}, 400, "model", None),
+        ("/v1/completions", dict(COMPLETION, min_tokens=10, max_tokens=5), 400, None, "min_tokens"),
+        ("/v1/completions", dict(COMPLETION, min_tokens=20, max_tokens=None), 400, None, "min_tokens"),  # 16
         ("/v1/chat/completions", dict(CHAT, messages=[]), 400, "messages", None),
         ("/v1/chat/completions", dict(CHAT, messages=[{"content": "no role"}]), 400, "messages", None),
         ("/v1/chat/completions", dict(CHAT, top_logprobs=2), 400, "top_logprobs", None),
@@ -488,6 +490,9 @@ def test_default_max_tokens():
         status, body = post(server.port, "/v1/chat/completions", dict(CHAT, max_tokens=None, ignore_eos=True))
         assert status == 200 and body["usage"]["total_tokens"] == 128, body["usage"]
         assert body["choices"][0]["finish_reason"] == "length", body["choices"][0]
+        # min_tokens is checked against that default, not against 16.
+        status, body = post(server.port, "/v1/chat/completions", dict(CHAT, max_tokens=None, min_tokens=40))
+        assert status == 200 and body["usage"]["completion_tokens"] >= 40, body
     finally:
         assert server.stop() == 0
 
