@@ -1,4 +1,5 @@
-// The `nanovllm` command: generate, tokenize, bench, bench-serve. Errors end as one line on stderr and exit code 1.
+// The `nanovllm` command: generate, tokenize, bench, bench-serve, serve. Errors end as one line on stderr and
+// exit code 1.
 #include <iostream>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 #include "bench_serve/bench_serve_command.h"
 #include "common/error.h"
 #include "generate_command.h"
+#include "serve_command.h"
 #include "tokenize_command.h"
 
 namespace {
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
   nanovllm::cli::add_tokenize_command(app);
   nanovllm::cli::add_bench_command(app);
   nanovllm::cli::add_bench_serve_command(app);
+  nanovllm::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a subcommand's exit code

@@ -25,6 +25,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "nanovllm/config.h"
 #include "nanovllm/engine_stats.h"
 #include "nanovllm/outputs.h"
@@ -33,6 +35,7 @@
 namespace nanovllm {
 
 class LLMEngine;
+class Tokenizer;
 
 // One request's deltas in order; the last one has finished == true. Thread-safe; shared by the engine (which
 // fills it) and the consumer, so it outlives either.
@@ -80,6 +83,15 @@ class AsyncEngine {
   // Ends a request with finish_reason "abort" and frees its KV blocks; any thread, any time; a no-op for a
   // request that has finished.
   void abort(int64_t request_id);
+
+  // What a server needs to prepare requests on its own threads. Set up before the engine thread starts and never
+  // changed, so any thread may use them: the settings as the engine resolved them (max_model_len capped by the
+  // model's), the tokenizer (null without tokenizer files; encode and decode are thread-safe) and the chat
+  // template (LLMEngine::apply_chat_template).
+  const EngineConfig& config() const;
+  const Tokenizer* tokenizer() const;
+  std::string apply_chat_template(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                  bool add_generation_prompt, const nlohmann::ordered_json& extra) const;
 
   bool healthy() const;
   std::string error() const;  // the fatal error; empty while healthy

@@ -104,6 +104,16 @@ void AsyncEngine::abort(int64_t request_id) {
   wake_.notify_one();
 }
 
+const EngineConfig& AsyncEngine::config() const { return engine_->config(); }
+
+const Tokenizer* AsyncEngine::tokenizer() const { return engine_->tokenizer(); }
+
+std::string AsyncEngine::apply_chat_template(const nlohmann::ordered_json& messages,
+                                             const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                             const nlohmann::ordered_json& extra) const {
+  return engine_->apply_chat_template(messages, tools, add_generation_prompt, extra);
+}
+
 bool AsyncEngine::healthy() const {
   std::lock_guard lock(mutex_);
   return error_.empty();

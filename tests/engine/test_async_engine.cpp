@@ -14,6 +14,7 @@
 #include "engine/llm_engine.h"
 #include "nanovllm/async_engine.h"
 #include "tiny_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace nanovllm {
 namespace {
@@ -249,6 +250,26 @@ TEST(AsyncEngine, AnIdleEngineSleeps) {
   const double before = process_cpu_seconds();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_LT(process_cpu_seconds() - before, 0.02);
+}
+
+// A server prepares requests on its own threads: the resolved settings, the tokenizer and the chat template.
+TEST(AsyncEngine, ExposesWhatAServerPreparesRequestsWith) {
+  EngineConfig c = busy_config();
+  c.max_model_len = EngineConfig{}.max_model_len;  // the default, 4096, is capped to the model's 1024 positions
+  AsyncEngine bare(c);
+  EXPECT_EQ(bare.config().max_model_len, 1024);
+  EXPECT_EQ(bare.config().max_num_seqs, 32);
+  EXPECT_EQ(bare.tokenizer(), nullptr);  // a config.json alone has no tokenizer
+
+  const std::filesystem::path dir = test::tiny_model_with_tokenizer("nanovllm_async_engine_tokenizer");
+  if (dir.empty()) GTEST_SKIP() << "no Qwen3 tokenizer files (scripts/fetch_tokenizer.sh)";
+  c.model = dir.string();
+  AsyncEngine engine(c);
+  ASSERT_NE(engine.tokenizer(), nullptr);
+  EXPECT_EQ(engine.tokenizer()->encode("Hello"), std::vector<int32_t>{9707});
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+  EXPECT_EQ(engine.apply_chat_template(messages, nullptr, true, nlohmann::ordered_json::object()),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 }  // namespace
