@@ -1,7 +1,10 @@
 #include "server/http_server.h"
 
+#include <sys/socket.h>
+
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <list>
@@ -154,15 +157,34 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // While a generation runs the client sends nothing; the socket turning readable means it closed (or sent the
-  // next request early, which waits in the socket).
+  // next request early, which waits in the socket). A wake-up is not proof: with several I/O threads the reactor
+  // may report a readiness that a read on another thread has already consumed, so a peek decides, and a wait
+  // that finds nothing there is simply made again.
   void watch_for_disconnect() {
     stream_.socket().async_wait(tcp::socket::wait_read,
                                 [self = shared_from_this(), exchange = exchange_](beast::error_code ec) {
                                   if (exchange != self->exchange_ || !self->generation_) return;
-                                  beast::error_code available_ec;
-                                  const size_t available = self->stream_.socket().available(available_ec);
-                                  if (ec || available_ec || available == 0) self->client_left();
+                                  if (ec == net::error::operation_aborted) return;  // the connection is closing
+                                  if (ec) return self->client_left();
+                                  switch (self->peek()) {
+                                    case Peek::kNothing:
+                                      return self->watch_for_disconnect();
+                                    case Peek::kClosed:
+                                      return self->client_left();
+                                    case Peek::kData:
+                                      return;  // the next request, read once this one is answered
+                                  }
                                 });
+  }
+
+  enum class Peek { kNothing, kData, kClosed };
+  // What the socket holds, without taking it or waiting: data, the peer's end (or an error), or nothing yet.
+  Peek peek() {
+    char byte = 0;
+    const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return Peek::kData;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Peek::kNothing;
+    return Peek::kClosed;
   }
 
   // A reply to a request that could not be read whole, then the end of the connection: what the client still
