@@ -50,30 +50,26 @@ class AttentionDispatchTest : public CudaOpsTest {
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     const bool decode = max_q == 1 && std::all_of(c.q_lens.begin(), c.q_lens.end(), [](int x) { return x == 1; });
 
-    AttentionBatch gb{gpu_raw_i32(cu_q, {num_seqs + 1}),
-                      gpu_raw_i32(k_lens, {num_seqs}),
-                      gpu_raw_i32(tables, {num_seqs, max_blocks}),
-                      num_seqs,
-                      max_q,
-                      max_k,
-                      max_blocks,
-                      bs,
-                      decode,
-                      c.num_decode_rows};
+    // The same batch on each side; make_i32 puts an int32 vector where that side's kernels read it.
+    const auto batch = [&](const auto& make_i32) {
+      AttentionBatch b{make_i32(cu_q, {num_seqs + 1}), make_i32(k_lens, {num_seqs}),
+                       make_i32(tables, {num_seqs, max_blocks})};
+      b.num_seqs = num_seqs;
+      b.max_seqlen_q = max_q;
+      b.max_seqlen_k = max_k;
+      b.max_blocks_per_seq = max_blocks;
+      b.block_size = bs;
+      b.decode_only = decode;
+      b.num_decode_rows = c.num_decode_rows;
+      return b;
+    };
+    using Dims = std::initializer_list<int64_t>;
+    const AttentionBatch gb = batch([&](const std::vector<int32_t>& v, Dims dims) { return gpu_raw_i32(v, dims); });
     KvCacheLayer gcache{gpu_bf16(k, {num_blocks, bs, nkv, d}), gpu_bf16(v, {num_blocks, bs, nkv, d})};
     Tensor gout = gpu_empty(DType::BF16, {tokens, nh * d});
     gpu().paged_attention(gpu_bf16(q, {tokens, nh * d}), gcache, gb, nh, nkv, d, scale, gout);
 
-    AttentionBatch cb{cpu_raw_i32(cu_q, {num_seqs + 1}),
-                      cpu_raw_i32(k_lens, {num_seqs}),
-                      cpu_raw_i32(tables, {num_seqs, max_blocks}),
-                      num_seqs,
-                      max_q,
-                      max_k,
-                      max_blocks,
-                      bs,
-                      decode,
-                      c.num_decode_rows};
+    const AttentionBatch cb = batch([&](const std::vector<int32_t>& v, Dims dims) { return cpu_raw_i32(v, dims); });
     KvCacheLayer ccache{cpu_f32(k, {num_blocks, bs, nkv, d}), cpu_f32(v, {num_blocks, bs, nkv, d})};
     Tensor cout_ = cpu_empty(DType::F32, {tokens, nh * d});
     cpu().paged_attention(cpu_f32(q, {tokens, nh * d}), ccache, cb, nh, nkv, d, scale, cout_);

@@ -41,36 +41,18 @@ TEST_F(SamplerTest, GreedyIsExactAndTakesLowestIndexOnTies) {
 
 // Rows covering each path: plain temperature, min_p, top_k, top_p and their combinations.
 SamplerRows mixed_rows(int rows, int32_t step_base) {
-  SamplerRows r;
+  struct Filters {
+    int top_k;
+    float top_p, min_p;
+  };
+  static constexpr Filters kFilters[] = {{-1, 1.0f, 0.0f},  {-1, 1.0f, 0.05f},   {50, 1.0f, 0.0f}, {-1, 0.9f, 0.0f},
+                                         {20, 0.8f, 0.02f}, {1000, 0.95f, 0.0f}, {0, 0.5f, 0.1f},  {-1, 1.0f, 0.0f}};
   const float temps[] = {0.7f, 1.0f, 1.3f, 0.3f};
+  SamplerRows r;
   for (int i = 0; i < rows; ++i) {
-    const float t = temps[i % 4];
-    switch (i % 8) {
-      case 0:
-        r.add(t, -1, 1.0f, 0.0f, 1000 + i, step_base + i);
-        break;
-      case 1:
-        r.add(t, -1, 1.0f, 0.05f, 1000 + i, step_base + i);
-        break;
-      case 2:
-        r.add(t, 50, 1.0f, 0.0f, 1000 + i, step_base + i);
-        break;
-      case 3:
-        r.add(t, -1, 0.9f, 0.0f, 1000 + i, step_base + i);
-        break;
-      case 4:
-        r.add(t, 20, 0.8f, 0.02f, 1000 + i, step_base + i);
-        break;
-      case 5:
-        r.add(t, 1000, 0.95f, 0.0f, 1000 + i, step_base + i);
-        break;
-      case 6:
-        r.add(t, 0, 0.5f, 0.1f, 1000 + i, step_base + i);
-        break;
-      default:
-        r.add(0.0f, -1, 1.0f, 0.0f, 1000 + i, step_base + i);
-        break;
-    }
+    const Filters& f = kFilters[i % 8];
+    const float t = i % 8 == 7 ? 0.0f : temps[i % 4];  // every eighth row greedy
+    r.add(t, f.top_k, f.top_p, f.min_p, 1000 + i, step_base + i);
   }
   return r;
 }
