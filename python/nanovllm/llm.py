@@ -111,7 +111,7 @@ class LLM:
         finally:
             if progress is not None:
                 progress.close()
-        token_text = self._token_text_lookup()
+        token_text = _cached_token_text(self._engine.token_text)
         return [from_core(r, p if isinstance(p, str) else None, token_text) for r, p in zip(raw, prompt_list)]
 
     def stream(self, prompts: Union[PromptType, Sequence[PromptType]],
@@ -200,17 +200,9 @@ class LLM:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def _token_text_lookup(self) -> Callable[[int], Optional[str]]:
-        """A token's text for logprobs (None without a tokenizer), decoding each id once per call. Ids past the
-        tokenizer's vocabulary (models pad theirs) have no text, as in the engine's output."""
-        if not self._engine.has_tokenizer():
-            return lambda token: None
-        vocab_size = self._engine.vocab_size()
-        return _cached_token_text(lambda token: self._engine.decode([token], False) if token < vocab_size else "")
-
 
 def _cached_token_text(token_text: Callable[[int], Optional[str]]) -> Callable[[int], Optional[str]]:
-    """token_text, asked once per token id."""
+    """A token's text for logprobs (None without a tokenizer, "" past its vocabulary), asked once per id."""
     cache: Dict[int, Optional[str]] = {}
 
     def cached(token: int) -> Optional[str]:

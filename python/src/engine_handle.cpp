@@ -6,6 +6,7 @@
 #include "engine/progress_bar.h"
 #include "py_json.h"
 #include "requests_in_flight.h"
+#include "token_text.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanovllm::python {
@@ -119,6 +120,11 @@ std::map<std::string, std::optional<std::string>> EngineHandle::special_tokens()
 std::optional<int32_t> EngineHandle::token_to_id(const std::string& token) {
   const auto lock = lock_engine();
   return tokenizer().token_to_id(token);
+}
+
+std::optional<std::string> EngineHandle::token_text(int32_t token) {
+  const auto lock = lock_engine();
+  return python::token_text(*engine_, token);
 }
 
 int32_t EngineHandle::vocab_size() {

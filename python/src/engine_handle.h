@@ -50,6 +50,7 @@ class EngineHandle {
   // bos_token, eos_token, pad_token: their text, or nullopt where the tokenizer has none.
   std::map<std::string, std::optional<std::string>> special_tokens();
   std::optional<int32_t> token_to_id(const std::string& token);
+  std::optional<std::string> token_text(int32_t token);  // for logprobs: see token_text.h
   int32_t vocab_size();
   std::string backend_name();
 

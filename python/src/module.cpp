@@ -146,6 +146,7 @@ void bind_engine(py::module_& m) {
            py::arg("add_generation_prompt"), py::arg("template_variables"))
       .def("special_tokens", &EngineHandle::special_tokens)
       .def("token_to_id", &EngineHandle::token_to_id, py::arg("token"))
+      .def("token_text", &EngineHandle::token_text, py::arg("token"))
       .def("vocab_size", &EngineHandle::vocab_size)
       .def("backend_name", &EngineHandle::backend_name)
       .def("close", &EngineHandle::close)

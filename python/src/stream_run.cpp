@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "tokenizer/tokenizer.h"
+#include "token_text.h"
 
 namespace nanovllm::python {
 
@@ -51,11 +51,7 @@ std::vector<std::pair<size_t, RequestDelta>> StreamRun::next() {
 
 std::optional<std::string> StreamRun::token_text(int32_t token) {
   if (closed()) throw std::runtime_error("this stream is closed");
-  const Tokenizer* t = engine_.tokenizer();
-  if (t == nullptr) return std::nullopt;
-  if (token < 0 || token >= t->vocab_size()) return std::string();
-  const int32_t ids[] = {token};
-  return t->decode(ids, false);
+  return python::token_text(engine_, token);
 }
 
 void StreamRun::close() {

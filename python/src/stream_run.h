@@ -26,8 +26,7 @@ class StreamRun {
   // The next step's deltas as (prompt index, delta); empty once every request has finished (the call is then
   // closed). A pending signal (Ctrl-C) raises KeyboardInterrupt before a step starts.
   std::vector<std::pair<size_t, RequestDelta>> next();
-  // A token's text for logprobs while the run holds the engine: nullopt without a tokenizer, "" for an id past
-  // the tokenizer's vocabulary (models pad theirs).
+  // A token's text for logprobs (see token_text.h), asked while the run holds the engine.
   std::optional<std::string> token_text(int32_t token);
   // Aborts the unfinished requests and releases the engine; a no-op the second time.
   void close();
