@@ -104,10 +104,9 @@ class AsyncEngine {
     std::shared_ptr<RequestStream> stream;
     Wakeup on_ready;
   };
-  struct Live {  // a request the engine holds, by the engine's id
+  struct Live {  // a request the engine holds, by the engine's id (the stream has this class's)
     std::shared_ptr<RequestStream> stream;
     Wakeup on_ready;
-    int64_t id = 0;  // this class's id
   };
 
   void run();

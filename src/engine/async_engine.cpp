@@ -147,15 +147,11 @@ void AsyncEngine::run() {
       for (Submission& s : submissions) admit(s);
       for (int64_t id : aborts)
         if (auto it = engine_id_of_.find(id); it != engine_id_of_.end()) engine_->abort(it->second);
+      std::vector<RequestDelta> deltas;
+      if (!engine_->is_finished()) deltas = engine_->step_deltas();
+      publish_stats();  // before the deltas: a consumer that saw its request end sees the blocks freed
+      deliver(std::move(deltas));
       has_work = !engine_->is_finished();
-      if (has_work) {
-        std::vector<RequestDelta> deltas = engine_->step_deltas();
-        publish_stats();  // before the deltas: a consumer that saw its request end sees the blocks freed
-        deliver(std::move(deltas));
-        has_work = !engine_->is_finished();
-      } else {
-        publish_stats();
-      }
     }
   } catch (const std::exception& e) {
     end_all(e.what());
@@ -174,7 +170,7 @@ void AsyncEngine::run() {
 void AsyncEngine::admit(Submission& s) {
   try {
     const int64_t engine_id = engine_->add_request(s.prompt, std::move(s.params));
-    live_.emplace(engine_id, Live{s.stream, std::move(s.on_ready), s.stream->request_id()});
+    live_.emplace(engine_id, Live{s.stream, std::move(s.on_ready)});
     engine_id_of_.emplace(s.stream->request_id(), engine_id);
   } catch (const InvalidInput& e) {  // this request alone fails
     s.stream->push(ending(s.stream->request_id(), e.what()));
@@ -189,7 +185,7 @@ void AsyncEngine::deliver(std::vector<RequestDelta> deltas) {
     it->second.stream->push(std::move(d));
     wake(it->second.on_ready);
     if (!finished) continue;
-    engine_id_of_.erase(it->second.id);
+    engine_id_of_.erase(it->second.stream->request_id());
     live_.erase(it);
   }
 }
@@ -209,7 +205,7 @@ void AsyncEngine::end_all(const std::string& error) {
     queued.swap(submissions_);
   }
   for (auto& [engine_id, live] : live_) {
-    live.stream->push(ending(live.id, error));
+    live.stream->push(ending(live.stream->request_id(), error));
     wake(live.on_ready);
   }
   live_.clear();
