@@ -8,6 +8,7 @@
 #include "tokenizer/stop_strings.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace nanovllm {
 
@@ -26,8 +27,6 @@ size_t stop_holdback(const std::vector<std::string>& stops) {
   for (const std::string& stop : stops) longest = std::max(longest, stop.size());
   return longest == 0 ? 0 : longest - 1;
 }
-
-bool is_utf8_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 }  // namespace
 
 struct LLMEngine::Request {
@@ -175,8 +174,9 @@ std::vector<RequestDelta> LLMEngine::step_deltas() {
     requests_.erase(it);
     scheduler_->release(seq->seq_id);
   }
-  last_step_.seconds = std::chrono::duration<double>(EngineClock::now() - start).count();
-  if (!batch.empty()) last_step_.host_after_run = std::chrono::duration<double>(EngineClock::now() - ran).count();
+  const auto done = EngineClock::now();
+  last_step_.seconds = std::chrono::duration<double>(done - start).count();
+  if (!batch.empty()) last_step_.host_after_run = std::chrono::duration<double>(done - ran).count();
   return deltas;
 }
 
@@ -218,7 +218,7 @@ RequestDelta LLMEngine::take_delta(Request& req, const Sequence& seq, bool finis
   if (!finished) {
     // Hold back what a stop string could still claim, and never split a UTF-8 character doing so.
     stable = std::max(req.text_sent, stable - std::min(stable, req.stop_holdback));
-    while (stable > req.text_sent && stable < req.text.size() && is_utf8_continuation(req.text[stable])) --stable;
+    while (stable > req.text_sent && stable < req.text.size() && utf8::is_continuation(req.text[stable])) --stable;
   }
   d.text = req.text.substr(req.text_sent, stable - req.text_sent);
   req.text_sent = stable;

@@ -25,7 +25,7 @@ bool is_word_char(char32_t c) {
 // The code point that ends just before byte offset `end` (text is valid UTF-8).
 char32_t char_before(std::string_view text, size_t end) {
   size_t begin = end - 1;
-  while (begin > 0 && (static_cast<uint8_t>(text[begin]) & 0xC0) == 0x80) --begin;
+  while (begin > 0 && utf8::is_continuation(text[begin])) --begin;
   return utf8::decode_at(text, begin);
 }
 
@@ -45,7 +45,7 @@ std::pair<size_t, size_t> stripped_span(const AddedToken& t, std::string_view te
   if (t.lstrip) {
     while (begin > plain_begin && is_whitespace(char_before(text, begin))) {
       --begin;
-      while ((static_cast<uint8_t>(text[begin]) & 0xC0) == 0x80) --begin;
+      while (utf8::is_continuation(text[begin])) --begin;
     }
   }
   if (t.rstrip) {

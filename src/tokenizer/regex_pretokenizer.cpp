@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/utf8.h"
 
 #ifndef PCRE2_CODE_UNIT_WIDTH
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -49,7 +50,7 @@ class RegexPreTokenizer final : public PreTokenizer {
       const size_t begin = ov[0], end = ov[1];
       if (end == begin) {  // empty match: step over one character
         at = begin + 1;
-        while (at < text.size() && (static_cast<uint8_t>(text[at]) & 0xC0) == 0x80) ++at;
+        while (at < text.size() && utf8::is_continuation(text[at])) ++at;
         continue;
       }
       if (begin > gap_begin) pieces.push_back({static_cast<uint32_t>(gap_begin), static_cast<uint32_t>(begin)});

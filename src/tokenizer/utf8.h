@@ -9,6 +9,9 @@ namespace nanovllm::utf8 {
 
 inline constexpr size_t kAllValid = static_cast<size_t>(-1);
 
+// A byte inside a multi-byte sequence (10xxxxxx): text cut before it would split a character.
+inline bool is_continuation(char byte) { return (static_cast<uint8_t>(byte) & 0xC0) == 0x80; }
+
 // Offset of the first byte that does not start a complete, well-formed sequence; kAllValid if none.
 size_t find_invalid(std::string_view bytes);
 
