@@ -61,6 +61,13 @@ RunTimes run_all(LLMEngine& engine, const std::vector<std::vector<int32_t>>& pro
   return t;
 }
 
+// One short request first, as nano-vLLM's bench.py does: the first steps' one-time work stays out of the numbers.
+void warm_up(LLMEngine& engine) {
+  SamplingParams warm;
+  warm.max_tokens = 2;
+  run_all(engine, {{1, 2, 3, 4, 5, 6, 7, 8}}, {warm});
+}
+
 // The bytes a decode step cannot avoid reading: all weights once per step, and every cached K/V byte of
 // every sequence in it (summed over the tensor-parallel ranks, replicated KV heads included: the cache's own
 // bytes per token). Over the measured read bandwidth this is the workload's floor.
@@ -94,9 +101,7 @@ int run_arrival_bench(const BenchArgs& a) {
   for (StepPolicy policy : {StepPolicy::PrefillFirst, StepPolicy::DecodeFirst}) {
     config.step_policy = policy;
     LLMEngine engine(config);
-    SamplingParams warm;  // the first steps also capture graphs and size buffers
-    warm.max_tokens = 2;
-    run_all(engine, {{1, 2, 3, 4, 5, 6, 7, 8}}, {warm});
+    warm_up(engine);
     const ArrivalReport r = run_arrival(engine, shape);
     std::printf("%s\n", format_arrival_report(to_string(policy), r).c_str());
     std::fflush(stdout);
@@ -125,10 +130,7 @@ int run_bench(const BenchArgs& a) {
               engine.backend_name().c_str(), engine.weight_bytes() / double(1 << 30), engine.num_kvcache_blocks(),
               engine.kv_cache_bytes() / double(1 << 30), engine.startup_seconds());
 
-  // One warm-up request first, as nano-vLLM's bench.py does; its time to first token includes startup.
-  SamplingParams warm;
-  warm.max_tokens = 2;
-  run_all(engine, {{1, 2, 3, 4, 5, 6, 7, 8}}, {warm});
+  warm_up(engine);  // its time to first token includes startup
   std::printf("startup to first token: %.2f s\n", seconds_since(start));
 
   if (a.latency) {
