@@ -2,24 +2,32 @@
 
 namespace nanovllm::server {
 
+namespace {
+// The prompt's logprobs (when echoed) and then the new tokens', appended to `into`; `from` is one delta or the
+// whole output.
+template <class Output>
+void append_logprobs(CompletionLogprobs& builder, bool echo, const std::vector<int32_t>& prompt_ids, const Output& from,
+                     nlohmann::json& into) {
+  if (echo && from.prompt_logprobs) builder.append_prompt(prompt_ids, *from.prompt_logprobs, into);
+  if (from.logprobs) builder.append(*from.logprobs, into);
+}
+}  // namespace
+
 CompletionGeneration::CompletionGeneration(GenerationContext context, bool stream, bool include_usage, bool echo,
                                            std::optional<int> logprobs)
     : Generation(std::move(context), stream, include_usage), echo_(echo), logprobs_(logprobs) {}
 
-void CompletionGeneration::add_logprobs(CompletionLogprobs& builder, const std::vector<int32_t>& prompt_ids,
-                                        const RequestDelta& delta, nlohmann::json& into) {
-  if (echo_ && delta.prompt_logprobs) builder.append_prompt(prompt_ids, *delta.prompt_logprobs, into);
-  if (delta.logprobs) builder.append(*delta.logprobs, into);
+void CompletionGeneration::open_stream(std::string& /*events*/) {
+  for (size_t i = 0; i < choices_.size(); ++i) streamed_logprobs_.emplace_back(context_.tokenizer);
+  echoed_.assign(choices_.size(), false);
 }
 
 void CompletionGeneration::stream_delta(size_t index, const RequestDelta& delta, std::string& events) {
-  while (streamed_logprobs_.size() < choices_.size()) streamed_logprobs_.emplace_back(context_.tokenizer);
-  echoed_.resize(choices_.size(), false);
   const bool echo_now = echo_ && !echoed_[index];
   echoed_[index] = true;
   std::string text = (echo_now ? choices_[index].choice.prompt_text : std::string()) + delta.text;
   nlohmann::json logprobs = nullptr;
-  if (logprobs_) add_logprobs(streamed_logprobs_[index], choices_[index].choice.prompt_ids, delta, logprobs);
+  if (logprobs_) append_logprobs(streamed_logprobs_[index], echo_, choices_[index].choice.prompt_ids, delta, logprobs);
   // A step whose tokens are all held back (a stop string may still form) says nothing, unless it carries logprobs.
   const bool has_logprobs = logprobs.is_object() && !logprobs["tokens"].empty();
   if (text.empty() && !has_logprobs && !delta.finished) return;
@@ -42,9 +50,7 @@ nlohmann::json CompletionGeneration::whole_response() {
     if (logprobs_) {
       CompletionLogprobs builder(context_.tokenizer);
       logprobs = nlohmann::json::object();
-      if (echo_ && c.output.prompt_logprobs)
-        builder.append_prompt(c.choice.prompt_ids, *c.output.prompt_logprobs, logprobs);
-      if (c.output.logprobs) builder.append(*c.output.logprobs, logprobs);
+      append_logprobs(builder, echo_, c.choice.prompt_ids, c.output, logprobs);
     }
     choices.push_back({{"index", i},
                        {"text", (echo_ ? c.choice.prompt_text : std::string()) + c.output.text},

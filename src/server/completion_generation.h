@@ -15,13 +15,10 @@ class CompletionGeneration : public Generation {
                        std::optional<int> logprobs);
 
  private:
+  void open_stream(std::string& events) override;
   void stream_delta(size_t index, const RequestDelta& delta, std::string& events) override;
   nlohmann::json whole_response() override;
   const char* stream_object() const override { return "text_completion"; }
-
-  // The prompt's logprobs (echo) and then the new tokens', appended to `into`.
-  void add_logprobs(CompletionLogprobs& builder, const std::vector<int32_t>& prompt_ids, const RequestDelta& delta,
-                    nlohmann::json& into);
 
   const bool echo_;
   const std::optional<int> logprobs_;

@@ -69,7 +69,7 @@ class Generation {
     bool seen = false;  // its first delta came
   };
 
-  // Streamed: events before the first delta's (chat's role chunk).
+  // Streamed: called once, before the first delta; may add events that go before its (chat's role chunk).
   virtual void open_stream(std::string& events) { (void)events; }
   // Streamed: the events of choice `index`'s next delta (its state's output does not hold it yet).
   virtual void stream_delta(size_t index, const RequestDelta& delta, std::string& events) = 0;

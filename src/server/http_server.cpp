@@ -17,6 +17,7 @@
 #include <boost/beast/http.hpp>
 
 #include "common/error.h"
+#include "common/quoted.h"
 
 namespace nanovllm::server {
 
@@ -361,7 +362,7 @@ HttpServer::HttpServer(OpenAiApi& api, const std::string& host, int port, int io
   impl_->io_threads = std::max(1, io_threads);
   beast::error_code ec;
   const net::ip::address address = net::ip::make_address(host, ec);
-  if (ec) throw InvalidInput("--host must be an IP address, got '" + host + "'");
+  if (ec) throw InvalidInput("--host must be an IP address, got " + quoted_text(host));
   if (port < 0 || port > 65535) throw InvalidInput("--port must be in [0, 65535], got " + std::to_string(port));
   const tcp::endpoint endpoint(address, static_cast<uint16_t>(port));
   tcp::acceptor& acceptor = impl_->acceptor;

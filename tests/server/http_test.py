@@ -465,6 +465,7 @@ def test_bad_flags():
                            (["--tool-call-parser", "mistral"], "--tool-call-parser must be hermes"),
                            (["--enable-auto-tool-choice"], "needs --tool-call-parser hermes"),
                            (["--host", "not-an-ip"], "--host must be an IP address"),
+                           (["--host", "not\nan-ip"], "--host must be an IP address, got 'not\\nan-ip'"),
                            (["--port", "70000"], "--port must be in [0, 65535]"),
                            (["--logprobs", "2"], "request fields")):
         port = [] if "--port" in flags else ["--port", "0"]
