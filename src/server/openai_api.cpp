@@ -1,5 +1,6 @@
 #include "server/openai_api.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/error.h"
@@ -124,14 +125,24 @@ std::vector<int32_t> OpenAiApi::encode(const std::string& text, const char* fiel
   }
 }
 
-HttpReply OpenAiApi::tokenize(const std::string& body) const {
-  const Json request = parse_body(body);
+// A tokenizer route's body: a JSON object of `allowed` fields only, whose optional `model` (as in vLLM) names
+// this server's model.
+Json OpenAiApi::parse_tokenizer_body(const std::string& body, std::initializer_list<std::string_view> allowed) const {
+  Json request = parse_body(body);
   if (!request.is_object()) throw ApiError(400, "the request body must be a JSON object");
   for (const auto& [key, value] : request.items())
-    if (key != "model" && key != "prompt" && key != "messages" && key != "add_generation_prompt" &&
-        key != "chat_template_kwargs")
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
       throw invalid_field(key, "unknown field " + quoted_text(key));
-  if (request.contains("model")) check_model(request["model"].is_string() ? request["model"].get<std::string>() : "");
+  if (request.contains("model")) {
+    if (!request["model"].is_string()) throw invalid_field("model", "field 'model' must be a string");
+    check_model(request["model"].get<std::string>());
+  }
+  return request;
+}
+
+HttpReply OpenAiApi::tokenize(const std::string& body) const {
+  const Json request =
+      parse_tokenizer_body(body, {"model", "prompt", "messages", "add_generation_prompt", "chat_template_kwargs"});
   std::string text;
   if (request.contains("prompt") == request.contains("messages"))
     throw ApiError(400, "give exactly one of 'prompt' or 'messages'");
@@ -150,11 +161,7 @@ HttpReply OpenAiApi::tokenize(const std::string& body) const {
 }
 
 HttpReply OpenAiApi::detokenize(const std::string& body) const {
-  const Json request = parse_body(body);
-  if (!request.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  for (const auto& [key, value] : request.items())
-    if (key != "model" && key != "tokens") throw invalid_field(key, "unknown field " + quoted_text(key));
-  if (request.contains("model")) check_model(request["model"].is_string() ? request["model"].get<std::string>() : "");
+  const Json request = parse_tokenizer_body(body, {"model", "tokens"});
   if (!request.contains("tokens") || !request["tokens"].is_array())
     throw invalid_field("tokens", "field 'tokens' must be an array of token ids");
   std::vector<int32_t> ids;

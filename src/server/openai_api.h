@@ -2,10 +2,12 @@
 // The HTTP API without the HTTP: routes a request (method, path, Authorization, body) to OpenAI's and vLLM's
 // endpoints and answers it, either at once (a reply) or with a Generation that the connection drives as the
 // engine makes tokens. Thread-safe: every connection thread calls handle() at once.
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <string>
+#include <string_view>
 #include <variant>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +45,8 @@ class OpenAiApi {
   ApiResult route(const ApiRequest& request, const AsyncEngine::Wakeup& on_ready);
   HttpReply models() const;
   HttpReply health() const;
+  nlohmann::ordered_json parse_tokenizer_body(const std::string& body,
+                                              std::initializer_list<std::string_view> allowed) const;
   HttpReply tokenize(const std::string& body) const;
   HttpReply detokenize(const std::string& body) const;
   std::unique_ptr<Generation> completions(const std::string& body, const AsyncEngine::Wakeup& on_ready);

@@ -251,6 +251,8 @@ def test_bad_requests(port):
          "tool_choice", "--enable-auto-tool-choice"),
         ("/v1/chat/completions", dict(CHAT, tools=[{"type": "function"}]), 400, "tools", None),
         ("/tokenize", {"prompt": 5}, 400, "prompt", None),
+        ("/tokenize", {"prompt": "a", "model": 7}, 400, "model", "must be a string"),
+        ("/detokenize", {"tokens": [1], "extra": 1}, 400, "extra", "unknown field"),
         ("/detokenize", {"tokens": [1, 10**9]}, 400, "tokens", None),
     ]
     for path, body, want_status, want_param, want_text in cases:
