@@ -94,11 +94,7 @@ ParsedRequest parse_request(const RequestJson& line, const SamplingParams& defau
   if (auto v = optional_int(line, "top_k")) p.top_k = *v;
   if (auto v = optional_int(line, "max_tokens")) p.max_tokens = *v;
   if (auto v = optional_int(line, "min_tokens")) p.min_tokens = *v;
-  if (line.contains("seed") && !line["seed"].is_null()) {  // any 64-bit pattern; negative ones wrap, as in vLLM
-    const RequestJson& seed = line["seed"];
-    p.seed = seed.is_number_unsigned() ? seed.get<uint64_t>()
-                                       : static_cast<uint64_t>(checked_integer<int64_t>(seed, "seed"));
-  }
+  if (line.contains("seed") && !line["seed"].is_null()) p.seed = checked_seed(line["seed"], "seed");
   if (line.contains("ignore_eos")) p.ignore_eos = field<bool>(line, "ignore_eos");
   if (line.contains("skip_special_tokens")) p.skip_special_tokens = field<bool>(line, "skip_special_tokens");
   if (line.contains("stop_token_ids")) p.stop_token_ids = token_ids(line, "stop_token_ids");

@@ -31,6 +31,13 @@ T checked_integer(const Json& value, std::string_view name, T lo = std::numeric_
 
 // value as T (float or double) when it is a JSON number that stays finite as T; otherwise InvalidInput
 // naming the field (1e300 is finite as a double but not as a float).
+// A seed: any 64-bit pattern, so an integer in [INT64_MIN, UINT64_MAX]; a negative one wraps, as in vLLM.
+template <class Json>
+uint64_t checked_seed(const Json& value, std::string_view name) {
+  return value.is_number_unsigned() ? value.template get<uint64_t>()
+                                    : static_cast<uint64_t>(checked_integer<int64_t>(value, name));
+}
+
 template <std::floating_point T, class Json>
 T checked_finite(const Json& value, std::string_view name) {
   if (!value.is_number())

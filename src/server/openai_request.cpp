@@ -122,12 +122,8 @@ void parse_common(const Json& body, const SamplingParams& defaults, GenerationRe
     p.top_k = *v;
   if (auto v = optional_int(body, "min_tokens", 0, std::numeric_limits<int>::max())) p.min_tokens = *v;
   r.max_tokens = optional_int(body, "max_tokens", 1, std::numeric_limits<int>::max());
-  if (body.contains("seed") && !body["seed"].is_null()) {  // any 64-bit pattern; negative ones wrap, as in vLLM
-    const Json& seed = body["seed"];
-    p.seed = seed.is_number_unsigned()
-                 ? seed.get<uint64_t>()
-                 : static_cast<uint64_t>(for_field("seed", [&] { return checked_integer<int64_t>(seed, "seed"); }));
-  }
+  if (body.contains("seed") && !body["seed"].is_null())
+    p.seed = for_field("seed", [&] { return checked_seed(body["seed"], "seed"); });
   if (body.contains("ignore_eos")) p.ignore_eos = boolean(body, "ignore_eos");
   if (body.contains("skip_special_tokens")) p.skip_special_tokens = boolean(body, "skip_special_tokens");
   if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null())
