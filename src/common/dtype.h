@@ -5,10 +5,14 @@
 
 namespace nanovllm {
 
-enum class DType : uint8_t { F32, BF16, F16, I32, I64 };
+// F8_E4M3: the OCP 8-bit float with 4 exponent and 3 mantissa bits, no infinities, one NaN code per sign
+// (PyTorch's float8_e4m3fn, safetensors' F8_E4M3); for the KV cache and quantised weights.
+enum class DType : uint8_t { F32, BF16, F16, I32, I64, F8_E4M3 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
+    case DType::F8_E4M3:
+      return 1;
     case DType::BF16:
     case DType::F16:
       return 2;
@@ -33,6 +37,8 @@ inline const char* dtype_name(DType t) {
       return "I32";
     case DType::I64:
       return "I64";
+    case DType::F8_E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }

@@ -27,6 +27,8 @@ bool finite_element(const std::byte* p, DType dtype) {
       std::memcpy(&bits, p, sizeof bits);
       return (bits & 0x7C00u) != 0x7C00u;
     }
+    case DType::F8_E4M3:  // no infinities; S.1111.111 is NaN
+      return (std::to_integer<unsigned>(*p) & 0x7Fu) != 0x7Fu;
     default:
       return true;
   }

@@ -1,0 +1,90 @@
+// The FP8 E4M3 conversions against the format's definition: every code decodes to the value its bits
+// define, and the encoder picks the nearest code (ties to the even code, saturating at +-448), checked by
+// a search over all codes for values that include every midpoint between neighbours.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "common/fp8.h"
+
+namespace nanovllm {
+namespace {
+
+// The finite non-negative codes in increasing order of value: 0x00 .. 0x7e.
+std::vector<uint8_t> positive_codes() {
+  std::vector<uint8_t> codes;
+  for (int c = 0; c <= 0x7e; ++c) codes.push_back(static_cast<uint8_t>(c));
+  return codes;
+}
+
+// Nearest finite code by exhaustive search; equal distance goes to the code with an even mantissa.
+uint8_t nearest_code(float x) {
+  const float a = std::fabs(x);
+  uint8_t best = 0;
+  double best_distance = std::numeric_limits<double>::infinity();
+  for (uint8_t c : positive_codes()) {
+    const double distance = std::fabs(static_cast<double>(fp8_e4m3_to_float(c)) - a);
+    if (distance < best_distance || (distance == best_distance && (c & 1) == 0)) {
+      best = c;
+      best_distance = distance;
+    }
+  }
+  return static_cast<uint8_t>(best | (std::signbit(x) ? 0x80 : 0));
+}
+
+TEST(Fp8E4m3, DecodesEveryCodeByItsBits) {
+  EXPECT_EQ(fp8_e4m3_to_float(0x00), 0.0f);
+  EXPECT_TRUE(std::signbit(fp8_e4m3_to_float(0x80)));
+  EXPECT_EQ(fp8_e4m3_to_float(0x01), 0x1p-9f);  // smallest subnormal
+  EXPECT_EQ(fp8_e4m3_to_float(0x07), 7 * 0x1p-9f);
+  EXPECT_EQ(fp8_e4m3_to_float(0x08), 0x1p-6f);  // smallest normal
+  EXPECT_EQ(fp8_e4m3_to_float(0x38), 1.0f);
+  EXPECT_EQ(fp8_e4m3_to_float(0x3c), 1.5f);
+  EXPECT_EQ(fp8_e4m3_to_float(0x7e), 448.0f);
+  EXPECT_EQ(fp8_e4m3_to_float(0xfe), -448.0f);
+  EXPECT_TRUE(std::isnan(fp8_e4m3_to_float(0x7f)));
+  EXPECT_TRUE(std::isnan(fp8_e4m3_to_float(0xff)));
+  // Strictly increasing over the finite positive codes: the search below relies on it.
+  for (int c = 1; c <= 0x7e; ++c)
+    EXPECT_LT(fp8_e4m3_to_float(static_cast<uint8_t>(c - 1)), fp8_e4m3_to_float(static_cast<uint8_t>(c))) << c;
+}
+
+TEST(Fp8E4m3, EveryCodeRoundTrips) {
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) == 0x7f) continue;  // NaN
+    EXPECT_EQ(float_to_fp8_e4m3(fp8_e4m3_to_float(static_cast<uint8_t>(c))), c) << c;
+  }
+}
+
+TEST(Fp8E4m3, RoundsToNearestEvenAtEveryMidpoint) {
+  std::vector<float> values;
+  for (int c = 1; c <= 0x7e; ++c) {
+    const float lo = fp8_e4m3_to_float(static_cast<uint8_t>(c - 1));
+    const float hi = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    const float mid = (lo + hi) / 2;  // exact: both have few significant bits
+    values.insert(values.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)});
+  }
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> log_magnitude(-12.0f, 9.5f);
+  for (int i = 0; i < 20000; ++i) values.push_back(std::exp2(log_magnitude(rng)));
+  for (float v : values) {
+    for (float x : {v, -v}) EXPECT_EQ(float_to_fp8_e4m3(x), nearest_code(x)) << x;
+  }
+}
+
+TEST(Fp8E4m3, SaturatesAndKeepsNan) {
+  for (float x : {448.0f, 463.9f, 464.0f, 1e6f, std::numeric_limits<float>::infinity()}) {
+    EXPECT_EQ(float_to_fp8_e4m3(x), 0x7e) << x;
+    EXPECT_EQ(float_to_fp8_e4m3(-x), 0xfe) << x;
+  }
+  EXPECT_EQ(float_to_fp8_e4m3(std::nanf("")), 0x7f);
+  EXPECT_EQ(float_to_fp8_e4m3(1e-30f), 0x00);  // below half the smallest subnormal
+  EXPECT_EQ(float_to_fp8_e4m3(-1e-30f), 0x80);
+}
+
+}  // namespace
+}  // namespace nanovllm
