@@ -37,10 +37,16 @@ struct AttentionBatch {
   int num_decode_rows = 0;
 };
 
-// The paged cache of one layer: [num_blocks, block_size, nkv, d] for K and for V, in compute_dtype().
+// The paged cache of one layer: [num_blocks, block_size, nkv, d] for K and for V, both in compute_dtype() or
+// both in F8_E4M3 (an FP8 cache, half the bytes of bf16). In FP8 a cached value is its code times the layer's
+// scale, and a value is written as fp8(value / scale), rounded to nearest even and saturated at +-448
+// (common/fp8.h); the scales are ignored otherwise.
 struct KvCacheLayer {
   Tensor k;
   Tensor v;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+  bool is_fp8() const { return k.dtype == DType::F8_E4M3; }
 };
 
 // Per-row sampling controls, one row per logits row that samples.

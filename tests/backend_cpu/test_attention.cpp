@@ -6,6 +6,7 @@
 #include <numeric>
 #include <string>
 
+#include "common/fp8.h"
 #include "test_helpers.h"
 
 namespace nanovllm {
@@ -142,6 +143,42 @@ TEST_P(PagedAttention, MatchesReference) {
   for (int64_t i = 0; i < out.numel(); ++i) ASSERT_EQ(out.f32()[i], out_single.f32()[i]) << i;
 }
 
+// An FP8 cache is attended as the F32 cache of its dequantised values (code x scale): bit for bit the same
+// output, at scales that are not powers of two (so a forgotten or misapplied scale shows).
+TEST_P(PagedAttention, Fp8CacheAttendsItsDequantisedValues) {
+  const AttentionCase& c = GetParam();
+  CpuBackend backend;
+  std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>{}(c.name)) + 1);
+  AttentionSetup s = build(backend, c, rng);
+  const float k_scale = 0.0123f, v_scale = 1.7f;
+  const auto fp8_and_values = [&](const OwnedTensor& cache, float scale, OwnedTensor& codes, OwnedTensor& values) {
+    const std::initializer_list<int64_t> shape = {cache.tensor.dim(0), cache.tensor.dim(1), cache.tensor.dim(2),
+                                                  cache.tensor.dim(3)};
+    codes = test::make_tensor(backend, DType::F8_E4M3, shape);
+    values = test::make_tensor(backend, DType::F32, shape);
+    for (int64_t i = 0; i < cache.numel(); ++i) {
+      // Spread over FP8's binades, subnormals included, as real K/V after the scale would be.
+      const float x = cache.f32()[i] * std::exp2(static_cast<float>(i % 23) - 14.0f) * scale;
+      codes.tensor.as<uint8_t>()[i] = float_to_fp8_e4m3(x / scale);
+      values.f32()[i] = fp8_e4m3_to_float(codes.tensor.as<uint8_t>()[i]) * scale;
+    }
+  };
+  OwnedTensor k_codes, k_values, v_codes, v_values;
+  fp8_and_values(s.k_cache, k_scale, k_codes, k_values);
+  fp8_and_values(s.v_cache, v_scale, v_codes, v_values);
+  const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  auto out_fp8 = test::poisoned_f32(backend, {s.tokens, int64_t{c.nh} * c.d});
+  auto out_f32 = test::poisoned_f32(backend, {s.tokens, int64_t{c.nh} * c.d});
+  KvCacheLayer fp8_cache{k_codes.tensor, v_codes.tensor, k_scale, v_scale};
+  KvCacheLayer f32_cache{k_values.tensor, v_values.tensor};
+  backend.paged_attention(s.q.tensor, fp8_cache, s.batch, c.nh, c.nkv, c.d, softmax_scale, out_fp8.tensor);
+  backend.paged_attention(s.q.tensor, f32_cache, s.batch, c.nh, c.nkv, c.d, softmax_scale, out_f32.tensor);
+  for (int64_t i = 0; i < out_fp8.numel(); ++i) {
+    ASSERT_FALSE(std::isnan(out_fp8.f32()[i])) << i;
+    ASSERT_EQ(out_fp8.f32()[i], out_f32.f32()[i]) << i;
+  }
+}
+
 std::vector<AttentionCase> cases() {
   const std::vector<SeqShape> decode = {{1, 1}, {1, 16}, {1, 17}, {1, 33}, {1, 100}};
   const std::vector<SeqShape> prefill = {{1, 1}, {3, 3}, {17, 17}, {33, 33}};
@@ -179,6 +216,22 @@ TEST(CpuBackendAttention, RejectsBlockOutsideTheCache) {
   EXPECT_THROW(backend.paged_attention(s.q.tensor, cache, s.batch, 2, 1, 16, 0.25f, out.tensor), EngineError);
   s.tables.i32()[1] = -1;
   EXPECT_THROW(backend.paged_attention(s.q.tensor, cache, s.batch, 2, 1, 16, 0.25f, out.tensor), EngineError);
+}
+
+TEST(CpuBackendAttention, RejectsMixedCacheDtypesAndBadFp8Scales) {
+  CpuBackend backend;
+  std::mt19937 rng(43);
+  AttentionCase c{"bad", 2, 1, 16, 16, {{1, 20}}};
+  AttentionSetup s = build(backend, c, rng);
+  auto out = test::poisoned_f32(backend, {s.tokens, 32});
+  auto codes = test::make_tensor(backend, DType::F8_E4M3, {s.k_cache.tensor.dim(0), 16, 1, 16});
+  std::fill_n(codes.tensor.as<uint8_t>(), codes.numel(), uint8_t{0x38});
+  KvCacheLayer mixed{codes.tensor, s.v_cache.tensor};
+  EXPECT_THROW(backend.paged_attention(s.q.tensor, mixed, s.batch, 2, 1, 16, 0.25f, out.tensor), EngineError);
+  for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    KvCacheLayer fp8{codes.tensor, codes.tensor, bad, 1.0f};
+    EXPECT_THROW(backend.paged_attention(s.q.tensor, fp8, s.batch, 2, 1, 16, 0.25f, out.tensor), EngineError) << bad;
+  }
 }
 
 }  // namespace

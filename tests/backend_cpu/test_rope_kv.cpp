@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "common/fp8.h"
 #include "test_helpers.h"
 
 namespace nanovllm {
@@ -100,6 +101,65 @@ TEST_P(RopeKv, MatchesReferenceAndWritesOnlyItsSlots) {
     for (int64_t i = 0; i < per_slot; ++i) {
       ASSERT_EQ(k_cache.f32()[s * per_slot + i], k_before[s * per_slot + i]) << "slot " << s;
       ASSERT_EQ(v_cache.f32()[s * per_slot + i], v_before[s * per_slot + i]) << "slot " << s;
+    }
+  }
+}
+
+// With an FP8 cache every written element is the code of (what the F32 cache gets) / scale, exactly; the
+// slots nobody writes keep their bytes.
+TEST_P(RopeKv, Fp8CacheHoldsTheCodesOfTheF32Values) {
+  const RopeCase c = GetParam();
+  CpuBackend backend;
+  std::mt19937 rng(static_cast<unsigned>(c.tokens * 1000 + c.nh * 10 + c.d + c.with_norm + 7));
+  const int64_t block_size = 16, num_blocks = 5, max_pos = 512, slots_total = block_size * num_blocks;
+  auto qkv = random_f32(backend, {c.tokens, (c.nh + 2 * c.nkv) * c.d}, rng, -3.0f, 3.0f);
+  test::OwnedTensor q_norm, k_norm;
+  if (c.with_norm) {
+    q_norm = random_f32(backend, {c.d}, rng, 0.5f, 1.5f);
+    k_norm = random_f32(backend, {c.d}, rng, -1.5f, 1.5f);
+  }
+  auto rope = test::make_rope_table(backend, max_pos, c.d, 1000000.0);
+  std::vector<int32_t> positions(c.tokens), slots(c.tokens);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    positions[t] = static_cast<int32_t>(rng() % max_pos);
+    slots[t] = (t % 4 == 2) ? -1 : static_cast<int32_t>((t * 7 + 3) % slots_total);
+  }
+  auto positions_t = test::i32_tensor(backend, positions);
+  auto slots_t = test::i32_tensor(backend, slots);
+  auto k_f32 = random_f32(backend, {num_blocks, block_size, c.nkv, c.d}, rng);
+  auto v_f32 = random_f32(backend, {num_blocks, block_size, c.nkv, c.d}, rng);
+  auto k_fp8 = test::make_tensor(backend, DType::F8_E4M3, {num_blocks, block_size, c.nkv, c.d});
+  auto v_fp8 = test::make_tensor(backend, DType::F8_E4M3, {num_blocks, block_size, c.nkv, c.d});
+  std::fill_n(k_fp8.tensor.as<uint8_t>(), k_fp8.numel(), uint8_t{0x55});
+  std::fill_n(v_fp8.tensor.as<uint8_t>(), v_fp8.numel(), uint8_t{0xAA});
+  const float k_scale = 0.037f, v_scale = 0.0061f;
+  KvCacheLayer f32_cache{k_f32.tensor, v_f32.tensor};
+  KvCacheLayer fp8_cache{k_fp8.tensor, v_fp8.tensor, k_scale, v_scale};
+  auto q_f32 = poisoned_f32(backend, {c.tokens, c.nh * c.d});
+  auto q_fp8 = poisoned_f32(backend, {c.tokens, c.nh * c.d});
+  const auto run = [&](KvCacheLayer& cache, test::OwnedTensor& q_out) {
+    backend.qk_norm_rope_cache(qkv.tensor, q_norm.tensor, k_norm.tensor, 1e-6f, positions_t.tensor, rope.tensor,
+                               slots_t.tensor, static_cast<int>(c.nh), static_cast<int>(c.nkv), static_cast<int>(c.d),
+                               cache, q_out.tensor);
+  };
+  run(f32_cache, q_f32);
+  run(fp8_cache, q_fp8);
+  for (int64_t i = 0; i < q_f32.numel(); ++i) ASSERT_EQ(q_fp8.f32()[i], q_f32.f32()[i]) << i;
+  std::vector<bool> written(slots_total, false);
+  for (int32_t slot : slots)
+    if (slot >= 0) written[slot] = true;
+  const int64_t per_slot = c.nkv * c.d;
+  for (int64_t s = 0; s < slots_total; ++s) {
+    for (int64_t i = 0; i < per_slot; ++i) {
+      const int64_t at = s * per_slot + i;
+      const uint8_t k_code = k_fp8.tensor.as<uint8_t>()[at], v_code = v_fp8.tensor.as<uint8_t>()[at];
+      if (!written[s]) {
+        ASSERT_EQ(k_code, 0x55) << "slot " << s;
+        ASSERT_EQ(v_code, 0xAA) << "slot " << s;
+        continue;
+      }
+      ASSERT_EQ(k_code, float_to_fp8_e4m3(k_f32.f32()[at] / k_scale)) << "slot " << s << " element " << i;
+      ASSERT_EQ(v_code, float_to_fp8_e4m3(v_f32.f32()[at] / v_scale)) << "slot " << s << " element " << i;
     }
   }
 }

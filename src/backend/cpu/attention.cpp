@@ -3,10 +3,13 @@
 // seq_len_k - q_len + i and attends to keys [0, position]. Softmax in fp32 with the maximum subtracted.
 // One work item is a tile of query rows of one sequence times some KV heads: it reads each of its keys and
 // values once for all its queries (rows, and the query heads of each GQA group), which is what bounds decode.
+// An FP8 cache is dequantised a block at a time into a per-thread staging copy and attended as F32.
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "backend/cpu/checks.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vector_kernels.h"
+#include "common/fp8.h"
 
 namespace nanovllm {
 
@@ -24,15 +28,43 @@ constexpr int64_t kRowsPerTile = 8;
 // Keys (or values) of one head a tile works through at a time, sized to stay in L1.
 constexpr int64_t kKeysPerChunk = 8;
 
+// The 256 FP8 codes' values, decoded once.
+const std::array<float, 256>& fp8_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[static_cast<size_t>(c)] = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table;
+}
+
 struct CacheGeometry {
-  const float* k;
-  const float* v;
+  const void* k;
+  const void* v;
+  bool fp8;  // F8_E4M3 codes times k_scale / v_scale; else F32
+  float k_scale;
+  float v_scale;
   int64_t block_size;
   int64_t num_kv_heads;
   int64_t head_dim;
   // Start of key `offset` of block `block`, KV head `kv_head`, in K (or at the same place in V).
   int64_t index(int64_t block, int64_t offset, int64_t kv_head) const {
     return ((block * block_size + offset) * num_kv_heads + kv_head) * head_dim;
+  }
+  // F32 values of the first `keys` keys of cache block `block`, KV heads [first_head, first_head + heads), at
+  // their cache strides, pointing at first_head: the cache itself, or (FP8) `staging` of block_size x
+  // num_kv_heads x head_dim floats holding those values dequantised (code x scale in fp32).
+  const float* block_values(bool keys_side, int64_t block, int64_t keys, int64_t first_head, int64_t heads,
+                            float* staging) const {
+    const int64_t start = index(block, 0, first_head);
+    if (!fp8) return static_cast<const float*>(keys_side ? k : v) + start;
+    const uint8_t* codes = static_cast<const uint8_t*>(keys_side ? k : v) + start;
+    const float scale = keys_side ? k_scale : v_scale;
+    const std::array<float, 256>& value_of = fp8_values();
+    const int64_t stride = num_kv_heads * head_dim, width = heads * head_dim;
+    for (int64_t j = 0; j < keys; ++j)
+      for (int64_t e = 0; e < width; ++e) staging[j * stride + e] = value_of[codes[j * stride + e]] * scale;
+    return staging;
   }
 };
 
@@ -51,10 +83,11 @@ struct QueryTile {
   int64_t first_num_keys;
 };
 
-// scratch: kv_heads * rows * group * (first_num_keys + rows) floats.
+// scratch: kv_heads * rows * group * (first_num_keys + rows) floats; staging (FP8 caches only): block_size x
+// num_kv_heads x head_dim floats.
 NANOVLLM_CPU_MULTIVERSION
-void attend_tile(const QueryTile& tile, const CacheGeometry& cache, const int32_t* blocks, float scale,
-                 float* scratch) {
+void attend_tile(const QueryTile& tile, const CacheGeometry& cache, const int32_t* blocks, float scale, float* scratch,
+                 float* staging) {
   const int64_t d = cache.head_dim, bs = cache.block_size, group = tile.group, rows = tile.rows;
   const int64_t max_keys = tile.first_num_keys + rows - 1;
   const int64_t key_stride = cache.num_kv_heads * d;  // from one key (or value) of a head to the next
@@ -70,7 +103,8 @@ void attend_tile(const QueryTile& tile, const CacheGeometry& cache, const int32_
 
   // Scores, kKeysPerChunk keys at a time: the chunk stays in L1 while every query of the tile uses it.
   for (int64_t first = 0; first < max_keys; first += bs) {
-    const float* block_keys = cache.k + cache.index(blocks[first / bs], 0, tile.first_kv_head);
+    const float* block_keys = cache.block_values(true, blocks[first / bs], std::min(bs, max_keys - first),
+                                                 tile.first_kv_head, tile.kv_heads, staging);
     for (int64_t c = 0; c < bs && first + c < max_keys; c += kKeysPerChunk) {
       for (int64_t i = 0; i < queries; ++i) {
         const int64_t count = std::min(kKeysPerChunk, num_keys(i) - first - c);
@@ -102,7 +136,8 @@ void attend_tile(const QueryTile& tile, const CacheGeometry& cache, const int32_
   // Weighted sum of values, the same chunks; no query is read past this point, so out may alias q.
   for (int64_t i = 0; i < queries; ++i) std::fill(output(i), output(i) + d, 0.0f);
   for (int64_t first = 0; first < max_keys; first += bs) {
-    const float* block_values = cache.v + cache.index(blocks[first / bs], 0, tile.first_kv_head);
+    const float* block_values = cache.block_values(false, blocks[first / bs], std::min(bs, max_keys - first),
+                                                   tile.first_kv_head, tile.kv_heads, staging);
     for (int64_t c = 0; c < bs && first + c < max_keys; c += kKeysPerChunk) {
       for (int64_t i = 0; i < queries; ++i) {
         const int64_t count = std::min(kKeysPerChunk, num_keys(i) - first - c);
@@ -128,8 +163,7 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
   cpu::require(bs > 0 && num_seqs >= 0 && max_blocks >= 0, op, "batch has a non-positive block_size");
   cpu::require_dtype(q, DType::F32, op, "q");
   cpu::require_dtype(out, DType::F32, op, "out");
-  cpu::require_dtype(cache.k, DType::F32, op, "cache.k");
-  cpu::require_dtype(cache.v, DType::F32, op, "cache.v");
+  cpu::require_kv_cache(cache, op);
   const int64_t tokens = q.dim(0);
   cpu::require_matrix(q, tokens, nh * d, op, "q");
   cpu::require_matrix(out, tokens, nh * d, op, "out");
@@ -182,7 +216,6 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
     }
   }
 
-  // KV heads per work item: all of them (contiguous reads) unless that leaves too few items to share out.
   // KV heads per work item: all of them (contiguous reads) unless that leaves too few items to share out or
   // makes a thread's scores scratch large (long contexts).
   constexpr int64_t kMaxScratchFloats = int64_t{1} << 21;  // 8 MiB
@@ -193,7 +226,7 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
     heads_per_item /= 2;
   scratch_floats *= heads_per_item;
 
-  const CacheGeometry geometry{cache.k.as<const float>(), cache.v.as<const float>(), bs, nkv, d};
+  const CacheGeometry geometry{cache.k.data, cache.v.data, cache.is_fp8(), cache.k_scale, cache.v_scale, bs, nkv, d};
   const int64_t head_groups = nkv / heads_per_item;
   const int64_t items = static_cast<int64_t>(tiles.size()) * head_groups;
   const float* qs = q.as<const float>();
@@ -202,6 +235,7 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
   {
     // Every score is written before it is read: no need to zero the scratch.
     const auto scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(scratch_floats));
+    const auto staging = std::make_unique_for_overwrite<float[]>(cache.is_fp8() ? static_cast<size_t>(block_elems) : 0);
     // Causal tiles differ in length: hand out small chunks.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
@@ -213,7 +247,7 @@ void CpuBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, con
       const int64_t offset = (static_cast<int64_t>(t.first_row) * nh + first_kv_head * group) * d;
       const QueryTile tile{qs + offset,   os + offset,    nh * d, t.rows,
                            first_kv_head, heads_per_item, group,  first_num_keys};
-      attend_tile(tile, geometry, tables + t.seq * max_blocks, scale, scratch.get());
+      attend_tile(tile, geometry, tables + t.seq * max_blocks, scale, scratch.get(), staging.get());
     }
   }
 }

@@ -1,8 +1,10 @@
 #pragma once
 // Argument checks shared by the CPU ops. A failed check is the engine's bug (it built a wrong call), so it
 // throws EngineError naming the op, the argument and what was expected. They cost nothing next to the ops.
+#include <cmath>
 #include <string>
 
+#include "backend/backend.h"
 #include "common/error.h"
 #include "common/tensor.h"
 
@@ -32,6 +34,18 @@ inline void require_matrix(const Tensor& t, int64_t rows, int64_t cols, const ch
 inline void require_vector(const Tensor& t, int64_t n, const char* op, const char* name) {
   if (t.numel() != n)
     fail(op, std::string(name) + " has shape " + t.shape_string() + ", expected " + std::to_string(n) + " elements");
+}
+
+// K and V of one layer: both F32 or both FP8 (then with positive, finite scales).
+inline void require_kv_cache(const KvCacheLayer& cache, const char* op) {
+  const DType dtype = cache.is_fp8() ? DType::F8_E4M3 : DType::F32;
+  require_dtype(cache.k, dtype, op, "cache.k");
+  require_dtype(cache.v, dtype, op, "cache.v");
+  const auto usable = [](float scale) { return std::isfinite(scale) && scale > 0.0f; };
+  if (cache.is_fp8())
+    require(usable(cache.k_scale) && usable(cache.v_scale), op,
+            "FP8 cache scales must be positive and finite, got k_scale " + std::to_string(cache.k_scale) +
+                " and v_scale " + std::to_string(cache.v_scale));
 }
 
 }  // namespace nanovllm::cpu

@@ -1,11 +1,15 @@
 // The attention prologue of one step, fused as on the GPU: split qkv into q, k, v; per-head RMSNorm of q and
 // k (Qwen3's q_norm / k_norm; skipped when those weights are empty, as in Qwen2); rotary embedding with NeoX
-// halves; q to q_out, k and v into the paged cache at slot_mapping[t] (-1 = no cache write for that token).
+// halves; q to q_out, k and v into the paged cache at slot_mapping[t] (-1 = no cache write for that token),
+// as F32 or as FP8 codes of value / scale.
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/checks.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/rms_row.h"
+#include "common/fp8.h"
 
 namespace nanovllm {
 
@@ -32,6 +36,11 @@ void norm_rope_head(const float* src, const float* norm_weight, float eps, const
   }
 }
 
+// FP8 cache rows: code = fp8(value / scale), the rounding the GPU's cvt.satfinite does.
+void quantize_fp8(const float* values, float scale, int64_t n, uint8_t* codes) {
+  for (int64_t i = 0; i < n; ++i) codes[i] = float_to_fp8_e4m3(values[i] / scale);
+}
+
 const float* optional_norm(const Tensor& weight, int64_t head_dim, const char* name) {
   if (weight.empty()) return nullptr;
   cpu::require_dtype(weight, DType::F32, "qk_norm_rope_cache", name);
@@ -53,8 +62,7 @@ void CpuBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, con
   cpu::require_dtype(positions, DType::I32, op, "positions");
   cpu::require_dtype(rope, DType::F32, op, "rope");
   cpu::require_dtype(slot_mapping, DType::I32, op, "slot_mapping");
-  cpu::require_dtype(cache.k, DType::F32, op, "cache.k");
-  cpu::require_dtype(cache.v, DType::F32, op, "cache.v");
+  cpu::require_kv_cache(cache, op);
   cpu::require_dtype(q_out, DType::F32, op, "q_out");
   const int64_t tokens = qkv.dim(0);
   cpu::require_matrix(qkv, tokens, (nh + 2 * nkv) * d, op, "qkv");
@@ -87,9 +95,8 @@ void CpuBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, con
   const float* in = qkv.as<const float>();
   const float* table = rope.as<const float>();
   float* q = q_out.as<float>();
-  float* k_cache = cache.k.as<float>();
-  float* v_cache = cache.v.as<float>();
   const int64_t row_width = (nh + 2 * nkv) * d;
+  const bool fp8 = cache.is_fp8();
 #pragma omp parallel for num_threads(num_threads_) schedule(static) if (tokens * row_width > (1 << 14))
   for (int64_t t = 0; t < tokens; ++t) {
     const float* row = in + t * row_width;
@@ -97,9 +104,18 @@ void CpuBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, con
     for (int64_t h = 0; h < nh; ++h) norm_rope_head(row + h * d, qn, eps, rope_row, d, q + (t * nh + h) * d);
     if (slots[t] < 0) continue;
     const int64_t slot = slots[t];
+    std::vector<float> k_row(fp8 ? static_cast<size_t>(d) : 0);  // FP8: K in fp32 before rounding
     for (int64_t h = 0; h < nkv; ++h) {
-      norm_rope_head(row + (nh + h) * d, kn, eps, rope_row, d, k_cache + (slot * nkv + h) * d);
-      std::memcpy(v_cache + (slot * nkv + h) * d, row + (nh + nkv + h) * d, static_cast<size_t>(d) * sizeof(float));
+      const int64_t at = (slot * nkv + h) * d;
+      const float* v_row = row + (nh + nkv + h) * d;
+      if (!fp8) {
+        norm_rope_head(row + (nh + h) * d, kn, eps, rope_row, d, cache.k.as<float>() + at);
+        std::memcpy(cache.v.as<float>() + at, v_row, static_cast<size_t>(d) * sizeof(float));
+        continue;
+      }
+      norm_rope_head(row + (nh + h) * d, kn, eps, rope_row, d, k_row.data());
+      quantize_fp8(k_row.data(), cache.k_scale, d, cache.k.as<uint8_t>() + at);
+      quantize_fp8(v_row, cache.v_scale, d, cache.v.as<uint8_t>() + at);
     }
   }
 }
