@@ -24,6 +24,10 @@ void EngineOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--num-kvcache-blocks", config.num_kvcache_blocks, "-1: size from memory")->capture_default_str();
   cmd.add_option("--cpu-kvcache-space", config.cpu_kvcache_space_gib, "GiB of KV cache on the CPU")
       ->capture_default_str();
+  cmd.add_option("--kv-cache-dtype", config.kv_cache_dtype,
+                 "auto (the model's dtype) | fp8 (e4m3; scales from the checkpoint, else 1.0)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}))
+      ->capture_default_str();
   cmd.add_flag("!--no-prefix-caching", config.enable_prefix_caching, "disable prefix caching");
   cmd.add_option_function<std::string>(
          "--step-policy", [this](const std::string& name) { config.step_policy = parse_step_policy(name); },

@@ -30,6 +30,9 @@ struct EngineConfig {
   int kvcache_block_size = 256;        // tokens per KV block: a power of two, 16..256
   int num_kvcache_blocks = -1;         // -1 = size from memory
   double cpu_kvcache_space_gib = 4.0;  // CPU backend: KV cache budget (vLLM's VLLM_CPU_KVCACHE_SPACE)
+  // KV cache element type: auto (the backend's compute dtype) | fp8 (= fp8_e4m3: half of bf16's bytes, per-layer
+  // scales from the checkpoint's self_attn.k_scale / v_scale, else 1.0), as vLLM's kv_cache_dtype.
+  std::string kv_cache_dtype = "auto";
   bool enable_prefix_caching = true;
   StepPolicy step_policy = StepPolicy::DecodeFirst;
   bool load_dummy_weights = false;  // random weights from config.json alone (vLLM's load_format=dummy)
@@ -38,6 +41,7 @@ struct EngineConfig {
 
   // Throws InvalidInput naming the first bad setting.
   void validate() const;
+  bool fp8_kv_cache() const { return kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3"; }
 };
 
 }  // namespace nanovllm

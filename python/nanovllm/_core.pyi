@@ -18,6 +18,7 @@ class EngineConfig:
     kvcache_block_size: int
     num_kvcache_blocks: int
     cpu_kvcache_space_gib: float
+    kv_cache_dtype: str
     enable_prefix_caching: bool
     step_policy: str  # "decode-first" | "prefill-first"
     load_dummy_weights: bool

@@ -50,7 +50,8 @@ class LLM:
             ``max_model_len``, ``gpu_memory_utilization``, ``tensor_parallel_size``, ``enforce_eager``,
             ``kvcache_block_size``, ``num_kvcache_blocks``; and ``device`` ("auto" | "cpu" | "cuda"; auto
             takes the GPU where this build has CUDA and one is visible), ``seed``, ``enable_prefix_caching``,
-            ``cpu_kvcache_space_gib``, ``step_policy`` ("decode-first" | "prefill-first"), ``load_format``
+            ``cpu_kvcache_space_gib``, ``kv_cache_dtype`` ("auto" | "fp8"), ``step_policy`` ("decode-first" |
+            "prefill-first"), ``load_format``
             ("auto" | "dummy"). Defaults: include/nanovllm/config.h.
 
     Raises:

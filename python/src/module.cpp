@@ -43,6 +43,7 @@ void bind_engine_config(py::module_& m) {
   bind_field(cls, fields, "kvcache_block_size", &EngineConfig::kvcache_block_size);
   bind_field(cls, fields, "num_kvcache_blocks", &EngineConfig::num_kvcache_blocks);
   bind_field(cls, fields, "cpu_kvcache_space_gib", &EngineConfig::cpu_kvcache_space_gib);
+  bind_field(cls, fields, "kv_cache_dtype", &EngineConfig::kv_cache_dtype);
   bind_field(cls, fields, "enable_prefix_caching", &EngineConfig::enable_prefix_caching);
   bind_field(cls, fields, "seed", &EngineConfig::seed);
   cls.def_property(

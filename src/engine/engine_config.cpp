@@ -40,6 +40,8 @@ void EngineConfig::validate() const {
       kvcache_block_size > kMaxBlockSize) {
     throw_invalid_setting("kvcache_block_size", "a power of two in [16, 256]", kvcache_block_size);
   }
+  if (kv_cache_dtype != "auto" && !fp8_kv_cache())
+    throw_invalid_setting("kv_cache_dtype", "auto, fp8 or fp8_e4m3", kv_cache_dtype);
   if (num_kvcache_blocks != -1 && num_kvcache_blocks < 1) {
     throw_invalid_setting("num_kvcache_blocks", "-1 (size from memory) or >= 1", num_kvcache_blocks);
   }

@@ -42,22 +42,26 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
   meta_ = std::make_unique<StepMetadata>(*backend_, step_limits);
   sampler_ = std::make_unique<TokenSampler>(*backend_, *model_, *meta_, model_config, shard_, comm_, max_logits_rows);
 
-  allocate_kv_cache();
+  allocate_kv_cache(config.fp8_kv_cache() ? load_kv_cache_scales(weights, model_config) : std::vector<KvCacheScale>{});
   warmup();
   if (!config.enforce_eager && backend_->can_capture_graphs()) capture_graphs();
 }
 
 ModelRunner::~ModelRunner() = default;
 
+DType ModelRunner::kv_cache_dtype() const {
+  return config_.fp8_kv_cache() ? DType::F8_E4M3 : backend_->compute_dtype();
+}
+
 size_t ModelRunner::kv_block_bytes() const {
   return 2ull * model_config_.num_hidden_layers * config_.kvcache_block_size * shard_.num_kv_heads *
-         model_config_.head_dim * dtype_size(backend_->compute_dtype());
+         model_config_.head_dim * dtype_size(kv_cache_dtype());
 }
 
 // As nano-vLLM: on a GPU the cache takes what is left of gpu_memory_utilization × total once weights and
 // every workspace are allocated (all of ours are preallocated, so "used" is already the peak); on the CPU a
 // fixed budget, capped at what max_num_seqs full-length sequences could ever use.
-void ModelRunner::allocate_kv_cache() {
+void ModelRunner::allocate_kv_cache(const std::vector<KvCacheScale>& kv_scales) {
   const size_t block_bytes = kv_block_bytes();
   const int blocks_per_seq = ceil_div(config_.max_model_len, config_.kvcache_block_size);
   long long blocks = config_.num_kvcache_blocks;
@@ -82,12 +86,17 @@ void ModelRunner::allocate_kv_cache() {
   num_kvcache_blocks_ = static_cast<int>(blocks);
   const int64_t nb = num_kvcache_blocks_, bs = config_.kvcache_block_size;
   const int64_t nkv = shard_.num_kv_heads, d = model_config_.head_dim;
+  const DType dtype = kv_cache_dtype();
   for (int l = 0; l < model_config_.num_hidden_layers; ++l) {
     KvCacheLayer layer;
     for (Tensor* t : {&layer.k, &layer.v}) {
-      Tensor probe(nullptr, backend_->compute_dtype(), {nb, bs, nkv, d});
+      Tensor probe(nullptr, dtype, {nb, bs, nkv, d});
       kv_storage_.push_back(backend_->allocate(probe.bytes()));
-      *t = kv_storage_.back().view(backend_->compute_dtype(), {nb, bs, nkv, d});
+      *t = kv_storage_.back().view(dtype, {nb, bs, nkv, d});
+    }
+    if (!kv_scales.empty()) {
+      layer.k_scale = kv_scales[static_cast<size_t>(l)].k;
+      layer.v_scale = kv_scales[static_cast<size_t>(l)].v;
     }
     kv_cache_.push_back(layer);
   }

@@ -12,6 +12,7 @@
 #include "engine/scheduler.h"
 #include "engine/step_metadata.h"
 #include "engine/step_output.h"
+#include "model/kv_cache_scales.h"
 #include "model/qwen3.h"
 #include "nanovllm/config.h"
 
@@ -43,7 +44,9 @@ class ModelRunner {
     int num_decode_rows = 0;   // a mixed step: its first sequences are decode rows
   };
 
-  void allocate_kv_cache();
+  // FP8 caches take their per-layer scales from kv_scales (empty otherwise).
+  void allocate_kv_cache(const std::vector<KvCacheScale>& kv_scales);
+  DType kv_cache_dtype() const;
   void warmup();
   void capture_graphs();
   // The host metadata of the batch: tokens, positions, cache slots, block tables, and the logits row and

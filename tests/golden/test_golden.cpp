@@ -3,17 +3,21 @@
 // Also: every prompt in one batch gives what it gives alone, under chunked prefill, prefix-cache hits and steps
 // that mix prefill and decode rows, under both step policies.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/llm_engine.h"
+#include "model/safetensors_writer.h"
 #include "nanovllm/llm.h"
 #include "support/expect_invalid.h"
 
@@ -31,6 +35,7 @@ struct Case {
   std::vector<std::vector<std::pair<int32_t, float>>> prompt_logprobs;  // [0] empty
   std::vector<int32_t> greedy;
   std::vector<float> greedy_logprobs;
+  std::vector<float> greedy_top2_margins;  // HF's top-1 minus top-2 logprob at each greedy step
 };
 
 std::vector<Case> load_fixture(const fs::path& path, int& k) {
@@ -50,6 +55,7 @@ std::vector<Case> load_fixture(const fs::path& path, int& k) {
     }
     c.greedy = p.at("greedy_token_ids").get<std::vector<int32_t>>();
     c.greedy_logprobs = p.at("greedy_logprobs").get<std::vector<float>>();
+    c.greedy_top2_margins = p.at("greedy_top2_margins").get<std::vector<float>>();
     cases.push_back(std::move(c));
   }
   return cases;
@@ -299,6 +305,92 @@ TEST_P(GoldenTest, AbortedRequestsAreReturnedBeforeTheEngineIsFinished) {
   EXPECT_EQ(done.at(cut).finish_reason, "abort");
   EXPECT_EQ(done.at(kept).finish_reason, "length");
   EXPECT_EQ(done.at(kept).token_ids, cases_[1].greedy);
+}
+
+// An FP8 KV cache (scale 1.0: these checkpoints carry none) against HF in fp32. Bounds fixed before the first
+// measurement: e4m3 keeps 3 mantissa bits (a cached value is off by up to 1/16 of itself, ~16x bf16's
+// rounding), so four times the bf16 GPU test's bounds: each prompt logprob within 0.6 and 0.16 on average;
+// greedy tokens equal HF's up to the first step where HF's top two are closer than 0.4.
+TEST_P(GoldenTest, Fp8KvCacheMatchesTransformersWithinFp8Tolerance) {
+  constexpr double kMax = 0.6, kMean = 0.16, kTie = 0.4;
+  EngineConfig config = cpu_config(model_, 16, 4096, 8);
+  config.kv_cache_dtype = "fp8";
+  LLM llm(config);
+  std::vector<Prompt> prompts;
+  for (const Case& c : cases_) prompts.push_back(Prompt::from_tokens(c.prompt));
+  SamplingParams params = greedy_params(k_);
+  params.max_tokens = static_cast<int>(cases_[0].greedy.size());
+  const std::vector<RequestOutput> outs = llm.generate(prompts, params);
+  double sum = 0, worst = 0;
+  long count = 0, agreed = 0, compared = 0;
+  for (size_t i = 0; i < cases_.size(); ++i) {
+    ASSERT_TRUE(outs[i].error.empty()) << outs[i].error;
+    const auto& plp = *outs[i].prompt_logprobs;
+    for (size_t p = 1; p < plp.size(); ++p) {
+      const double d = std::fabs(plp[p][0].second - cases_[i].prompt_logprobs[p][0].second);
+      EXPECT_LE(d, kMax) << "prompt " << i << " position " << p;
+      sum += d, worst = std::max(worst, d), ++count;
+    }
+    const Case& c = cases_[i];
+    for (size_t t = 0; t < c.greedy.size() && t < outs[i].token_ids.size(); ++t, ++agreed) {
+      if (outs[i].token_ids[t] == c.greedy[t]) continue;
+      EXPECT_LT(c.greedy_top2_margins[t], kTie) << "prompt " << i << ": greedy token " << t << " differs from HF";
+      break;
+    }
+    compared += static_cast<long>(c.greedy.size());
+  }
+  EXPECT_LE(sum / static_cast<double>(count), kMean);
+  std::printf(
+      "[golden %s fp8 kv] prompt logprob |d| vs HF fp32: mean %.4f, max %.4f over %ld tokens; greedy agreement "
+      "before first divergence %ld/%ld\n",
+      GetParam().c_str(), sum / static_cast<double>(count), worst, count, agreed, compared);
+}
+
+// The checkpoint's self_attn.k_scale / v_scale reach the cache: scales of 1.0 change nothing against a
+// checkpoint without them, scales of 64 (most values then fall below FP8's subnormals) change the logprobs.
+TEST(GoldenFp8KvCache, UsesTheCheckpointsScales) {
+  const fs::path golden = golden_dir() / "golden_tied_gqa2";
+  ASSERT_TRUE(fs::exists(golden / "model.safetensors"));
+  int k = 0;
+  const std::vector<Case> cases = load_fixture(fixture_dir() / "golden_tied_gqa2.json", k);
+  const json config = json::parse(std::ifstream(golden / "config.json"));
+  const int layers = config.at("num_hidden_layers").get<int>();
+  const auto run = [&](std::optional<float> scale) {
+    const fs::path dir = fs::temp_directory_path() / ("nanovllm_kv_scales_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    fs::copy_file(golden / "config.json", dir / "config.json");
+    // No model.safetensors in the folder: the reader takes every *.safetensors file.
+    fs::create_symlink(fs::absolute(golden / "model.safetensors"), dir / "weights.safetensors");
+    if (scale) {
+      std::vector<TensorRecord> records;
+      for (int i = 0; i < layers; ++i)
+        for (const char* name : {"k_scale", "v_scale"})
+          records.push_back({"model.layers." + std::to_string(i) + ".self_attn." + name, DType::F32, {}});
+      write_safetensors(dir / "kv_scales.safetensors", records,
+                        [&](size_t, std::vector<std::byte>& out) { std::memcpy(out.data(), &*scale, sizeof(float)); });
+    }
+    EngineConfig c = cpu_config(dir, 16, 4096, 8);
+    c.kv_cache_dtype = "fp8";
+    SamplingParams params = greedy_params(k);
+    params.max_tokens = 4;
+    std::vector<float> logprobs;
+    {
+      LLM llm(c);
+      const RequestOutput out = llm.generate({Prompt::from_tokens(cases.back().prompt)}, params)[0];
+      EXPECT_TRUE(out.error.empty()) << out.error;
+      for (size_t p = 1; p < out.prompt_logprobs->size(); ++p) logprobs.push_back((*out.prompt_logprobs)[p][0].second);
+    }
+    fs::remove_all(dir);
+    return logprobs;
+  };
+  const std::vector<float> without = run(std::nullopt);
+  EXPECT_EQ(run(1.0f), without);
+  const std::vector<float> coarse = run(64.0f);
+  ASSERT_EQ(coarse.size(), without.size());
+  double largest = 0;
+  for (size_t i = 0; i < coarse.size(); ++i) largest = std::max(largest, std::fabs(double{coarse[i]} - without[i]));
+  EXPECT_GT(largest, 0.05) << "scales of 64 changed nothing: were they read?";
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, GoldenTest,
