@@ -1,6 +1,6 @@
 #pragma once
-// Paged attention kernels (bf16 in/out, fp32 math). Host-side launchers; everything is enqueued on `stream`
-// and reads lengths from device memory only, so a launch can be captured in a CUDA graph and replayed with
+// Paged attention kernels (bf16 in/out, fp32 math; the cache bf16 or FP8). Host-side launchers; everything is enqueued
+// on `stream` and reads lengths from device memory only, so a launch can be captured in a CUDA graph and replayed with
 // other lengths up to the bounds it was launched with. Layout and semantics: see AttentionBatch and
 // KvCacheLayer in backend/backend.h (cache [num_blocks, block_size, nkv, d]; q/out [T, nh * d]).
 #include <cuda_bf16.h>
@@ -13,8 +13,8 @@ namespace nanovllm::cuda {
 
 struct PagedAttentionArgs {
   const __nv_bfloat16* q = nullptr;  // [T, nh * d]
-  const __nv_bfloat16* k_cache = nullptr;
-  const __nv_bfloat16* v_cache = nullptr;
+  const void* k_cache = nullptr;     // bf16, or (fp8_cache) E4M3 codes of value / k_scale and value / v_scale
+  const void* v_cache = nullptr;
   const int* cu_seqlens_q = nullptr;  // [num_seqs + 1]
   const int* seq_lens_k = nullptr;    // [num_seqs]
   const int* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
@@ -28,6 +28,9 @@ struct PagedAttentionArgs {
   int num_kv_heads = 0;
   int head_dim = 0;  // 64 or 128 (others: EngineError)
   float scale = 1.0f;
+  bool fp8_cache = false;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // Workspace (bytes) the split-KV decode needs for these bounds. The caller allocates it once and zeroes at

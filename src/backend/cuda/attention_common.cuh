@@ -1,12 +1,15 @@
 #pragma once
-// Shared by the decode and prefill attention kernels: argument checks, launch checks, 16-byte bf16 vectors.
+// Shared by the decode and prefill attention kernels: argument checks, launch checks, 16-byte bf16 vectors and
+// the cache's eight-value loads (bf16 or FP8).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/fp8_vec.cuh"
 #include "common/error.h"
 
 namespace nanovllm::cuda::attention_detail {
@@ -53,6 +56,10 @@ inline void validate_args(const PagedAttentionArgs& a, const char* who) {
   const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
   if (misaligned(a.q) || misaligned(a.k_cache) || misaligned(a.v_cache) || misaligned(a.out))
     throw EngineError(w + ": q, k_cache, v_cache and out must be 16-byte aligned");
+  const auto usable = [](float s) { return std::isfinite(s) && s > 0.0f; };
+  if (a.fp8_cache && !(usable(a.k_scale) && usable(a.v_scale)))
+    throw EngineError(w + ": FP8 cache scales must be positive and finite, got " + std::to_string(a.k_scale) + " and " +
+                      std::to_string(a.v_scale));
 }
 
 // Eight bf16 values: one 16-byte load or store.
@@ -70,8 +77,31 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-// Read-only, 16 bytes, through the non-coherent path: the cache is written by an earlier kernel only.
-__device__ __forceinline__ uint4 load_16b(const __nv_bfloat16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+// Read-only, through the non-coherent path: the cache is written by an earlier kernel only.
+__device__ __forceinline__ uint4 load_16b(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint2 load_8b(const void* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
+
+// Eight cached values of a lane: one 16-byte load of bf16, or one 8-byte load of FP8 codes (the same eight
+// elements, half the bytes). Element offsets are the same for both; only the byte stride differs.
+template <bool kFp8>
+struct CacheVec {
+  using Raw = uint4;
+  static __device__ __forceinline__ Raw load(const void* base, size_t element) {
+    return load_16b(static_cast<const __nv_bfloat16*>(base) + element);
+  }
+  static __device__ __forceinline__ Raw zero() { return make_uint4(0, 0, 0, 0); }
+  static __device__ __forceinline__ void to_float(const Raw& r, float (&f)[8]) { bf16x8_to_float(r, f); }
+};
+
+template <>
+struct CacheVec<true> {
+  using Raw = uint2;
+  static __device__ __forceinline__ Raw load(const void* base, size_t element) {
+    return load_8b(static_cast<const uint8_t*>(base) + element);
+  }
+  static __device__ __forceinline__ Raw zero() { return make_uint2(0, 0); }
+  static __device__ __forceinline__ void to_float(const Raw& r, float (&f)[8]) { fp8x8_to_float(r, f); }
+};
 
 constexpr float kLog2e = 1.4426950408889634f;
 

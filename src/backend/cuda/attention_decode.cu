@@ -2,10 +2,10 @@
 //
 // Grid (num_kv_heads, num_seqs, num_splits). One CTA of 128 threads owns one KV head of one sequence and one
 // chunk of its keys, and computes every query head of that GQA group, so each K/V byte is read from memory
-// once per step. Inside the CTA, D/8 consecutive lanes share a key (one 16-byte vector of 8 bf16 each); the
-// CTA's "token groups" each walk their own keys with an fp32 online softmax, and merge through shared memory at
-// the end. With one split the CTA writes the bf16 output; otherwise it writes a normalised partial (acc/l) plus
-// (max, sum) to the workspace, and the last CTA of the (sequence, KV head) to finish combines the splits
+// once per step. Inside the CTA, D/8 consecutive lanes share a key (eight values each: 16 bytes of bf16 or 8 of
+// FP8); the CTA's "token groups" each walk their own keys with an fp32 online softmax, and merge through shared
+// memory at the end. With one split the CTA writes the bf16 output; otherwise it writes a normalised partial (acc/l)
+// plus (max, sum) to the workspace, and the last CTA of the (sequence, KV head) to finish combines the splits
 // (merge_if_last): no second launch, whose fixed cost was ~5 us a layer in a decode step.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -102,14 +102,19 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, int n
 }
 
 // Split CTA. D: head_dim; G: query heads per KV head (every size 1..8 has its own instantiation; the code also
-// tolerates a real group smaller than G: the extra heads run on zero queries and are never written).
-template <int D, int G>
+// tolerates a real group smaller than G: the extra heads run on zero queries and are never written). kFp8: the
+// cache holds E4M3 codes; k_scale is folded into the queries and v_scale into the output.
+template <int D, int G, bool kFp8>
 __global__ void __launch_bounds__(kDecodeThreads)
     decode_split_kernel(PagedAttentionArgs a, int num_splits, int plan_chunk, bool spread, float* ws_acc, float* ws_ml,
                         int* counters_end) {
-  constexpr int kLanes = D / 8;                     // lanes per key: one 16-byte vector each
+  using Vec = CacheVec<kFp8>;
+  constexpr int kLanes = D / 8;                     // lanes per key: one vector of eight values each
   constexpr int kGroups = kDecodeThreads / kLanes;  // token groups per CTA
-  constexpr int kUnroll = G > 4 ? 2 : 4;            // keys per group per iteration (loads in flight)
+  // Keys per group per iteration (loads in flight). FP8 loads are half as wide: twice the keys keep as many
+  // bytes in flight, where the tile still divides a chunk.
+  constexpr int kBaseUnroll = G > 4 ? 2 : 4;
+  constexpr int kUnroll = kFp8 && kGroups * kBaseUnroll * 2 <= kDecodeChunkAlign ? 2 * kBaseUnroll : kBaseUnroll;
   constexpr int kTileKeys = kGroups * kUnroll;
   static_assert(kDecodeChunkAlign % kTileKeys == 0, "chunks must be whole iterations");
   static_assert(16 % kUnroll == 0, "a group's keys of one iteration must fit in the smallest block (16)");
@@ -147,7 +152,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int group = tid / kLanes;
 
   // Queries, pre-scaled so that scores are in log2 units (exp2 instead of exp).
-  const float q_scale = a.scale * kLog2e;
+  const float q_scale = a.scale * kLog2e * (kFp8 ? a.k_scale : 1.0f);
   float q[G][8];
 #pragma unroll
   for (int h = 0; h < G; ++h) {
@@ -180,7 +185,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
   for (int tile = kv_begin; tile < kv_end; tile += kTileKeys) {
     // Issue every load of the iteration before the first use.
-    uint4 k_raw[kUnroll], v_raw[kUnroll];
+    typename Vec::Raw k_raw[kUnroll], v_raw[kUnroll];
     bool valid[kUnroll];
     // The group's keys start at a multiple of kUnroll (chunks and tiles are), so they share one cache block.
     const int key0 = tile + group * kUnroll;
@@ -191,11 +196,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
     for (int u = 0; u < kUnroll; ++u) {
       valid[u] = key0 + u < kv_end;
       if (valid[u]) {
-        k_raw[u] = load_16b(a.k_cache + offset0 + u * slot_stride);
-        v_raw[u] = load_16b(a.v_cache + offset0 + u * slot_stride);
+        k_raw[u] = Vec::load(a.k_cache, offset0 + u * slot_stride);
+        v_raw[u] = Vec::load(a.v_cache, offset0 + u * slot_stride);
       } else {
-        k_raw[u] = make_uint4(0, 0, 0, 0);
-        v_raw[u] = make_uint4(0, 0, 0, 0);
+        k_raw[u] = Vec::zero();
+        v_raw[u] = Vec::zero();
       }
     }
 
@@ -204,7 +209,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float k[8];
-      bf16x8_to_float(k_raw[u], k);
+      Vec::to_float(k_raw[u], k);
 #pragma unroll
       for (int h = 0; h < G; ++h) {
         float s = 0.f;
@@ -225,7 +230,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     // Online softmax, one rescale per iteration.
     float v[kUnroll][8];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) bf16x8_to_float(v_raw[u], v[u]);
+    for (int u = 0; u < kUnroll; ++u) Vec::to_float(v_raw[u], v[u]);
 #pragma unroll
     for (int h = 0; h < G; ++h) {
       float tile_max = run_max[h];
@@ -283,7 +288,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         o[3] = fmaf(w, part.w, o[3]);
       }
     }
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float inv = sum > 0.f ? (kFp8 ? a.v_scale : 1.f) / sum : 0.f;  // partials carry v_scale too
     if (num_splits == 1) {
       __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D + d4;
       uint2 packed;
@@ -307,8 +312,13 @@ void launch_decode(const PagedAttentionArgs& a, const DecodePlan& plan, float* w
                    cudaStream_t stream) {
   const dim3 grid(a.num_kv_heads, a.num_seqs, plan.num_splits);
   const bool spread = a.num_seqs * a.num_kv_heads < kDecodeTargetCtas / 2;  // see seq_chunk
-  decode_split_kernel<D, G>
-      <<<grid, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk, spread, ws_acc, ws_ml, counters_end);
+  if (a.fp8_cache) {
+    decode_split_kernel<D, G, true>
+        <<<grid, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk, spread, ws_acc, ws_ml, counters_end);
+  } else {
+    decode_split_kernel<D, G, false>
+        <<<grid, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk, spread, ws_acc, ws_ml, counters_end);
+  }
   check_launch("decode_split_kernel");
 }
 

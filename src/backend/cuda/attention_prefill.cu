@@ -7,6 +7,8 @@
 // softmax in registers; P is rounded to bf16 for the second product. Causal: query row i of a sequence sits at
 // position seq_len - q_len + i, so key tiles past the CTA's last position are never loaded and only tiles that
 // cross the diagonal (or the sequence end) are masked. Tiles are handed out last-first: the longest run first.
+// An FP8 cache is loaded as codes and turned into the bf16 tiles in shared memory before each tile's MMAs;
+// k_scale goes into the score scale and v_scale into the final normalisation.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -16,6 +18,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/fp8_vec.cuh"
 
 namespace nanovllm::cuda {
 namespace {
@@ -26,9 +29,13 @@ constexpr int kPrefillThreads = 128;
 constexpr int kPrefillRows = 64;  // query rows per CTA, 16 per warp
 constexpr int kPrefillKeys = 64;  // keys per K/V tile
 
-template <int D>
+// bf16 cache: Q and two stages of (K, V) tiles. FP8 cache: Q, one stage of bf16 (K, V) tiles, and one of their
+// FP8 codes as loaded (the next tile's codes arrive while the bf16 tiles are computed on).
+template <int D, bool kFp8>
 constexpr size_t prefill_smem_bytes() {
-  return static_cast<size_t>(kPrefillRows + 2 * 2 * kPrefillKeys) * D * sizeof(__nv_bfloat16);  // Q, 2 x (K, V)
+  if constexpr (kFp8)
+    return static_cast<size_t>(kPrefillRows + 2 * kPrefillKeys) * D * sizeof(__nv_bfloat16) + 2 * kPrefillKeys * D;
+  return static_cast<size_t>(kPrefillRows + 2 * 2 * kPrefillKeys) * D * sizeof(__nv_bfloat16);
 }
 
 // Shared-memory tiles are rows of D bf16 in 16-byte chunks; XOR-ing the chunk index with the row's low 3 bits
@@ -38,14 +45,17 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
-template <int D>
+template <int D, bool kFp8>
 __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttentionArgs a) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr int kTileElems = kPrefillKeys * D;
+  constexpr int kStages = kFp8 ? 1 : 2;  // of bf16 K/V tiles
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __nv_bfloat16* sm_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* sm_k = sm_q + kPrefillRows * D;  // [2][kPrefillKeys * D]
-  __nv_bfloat16* sm_v = sm_k + 2 * kTileElems;    // [2][kPrefillKeys * D]
+  __nv_bfloat16* sm_k = sm_q + kPrefillRows * D;                                  // [kStages][kPrefillKeys * D]
+  __nv_bfloat16* sm_v = sm_k + kStages * kTileElems;                              // [kStages][kPrefillKeys * D]
+  uint8_t* sm_k_codes = reinterpret_cast<uint8_t*>(sm_v + kStages * kTileElems);  // FP8: [kPrefillKeys * D]
+  uint8_t* sm_v_codes = sm_k_codes + kTileElems;
 
   const int seq = blockIdx.z;
   const int head = blockIdx.y;
@@ -90,22 +100,55 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
   const int block_mask = a.block_size - 1;
   const size_t slot_stride = static_cast<size_t>(a.num_kv_heads) * D;
   const size_t head_offset = static_cast<size_t>(kv_head) * D;
-  // Keys past seq_len are zero-filled: never read from the cache, and 0 * garbage cannot turn into NaN.
+  // Keys past seq_len are zero-filled: never read from the cache, and 0 * garbage cannot turn into NaN. bf16:
+  // straight into the stage's swizzled tiles. FP8: the codes, 16 to a copy, into their own unswizzled tiles.
+  constexpr int kCopyElems = kFp8 ? 16 : 8;  // elements per 16-byte copy
+  constexpr int kCopiesPerRow = D / kCopyElems;
   const auto load_kv_tile = [&](int kv_tile, int stage) {
     const int key0 = kv_tile * kPrefillKeys;
-    for (int i = tid; i < kPrefillKeys * kChunks; i += kPrefillThreads) {
-      const int r = i / kChunks;
-      const int c = i % kChunks;
+    for (int i = tid; i < kPrefillKeys * kCopiesPerRow; i += kPrefillThreads) {
+      const int r = i / kCopiesPerRow;
+      const int c = i % kCopiesPerRow;
       const int key = key0 + r;
       const bool valid = key < seq_len;
-      size_t offset = 0;
+      size_t offset = 0;  // elements
       if (valid) {
         const int block = __ldg(table + (key >> block_shift));
-        offset = (static_cast<size_t>(block) * a.block_size + (key & block_mask)) * slot_stride + head_offset + c * 8;
+        offset = (static_cast<size_t>(block) * a.block_size + (key & block_mask)) * slot_stride + head_offset +
+                 c * kCopyElems;
       }
-      const int dst = stage * kTileElems + swizzled<D>(r, c);
-      cp_async_16(smem_address(sm_k + dst), a.k_cache + offset, valid ? 16 : 0);
-      cp_async_16(smem_address(sm_v + dst), a.v_cache + offset, valid ? 16 : 0);
+      if constexpr (kFp8) {
+        const int dst = r * D + c * kCopyElems;
+        cp_async_16(smem_address(sm_k_codes + dst), static_cast<const uint8_t*>(a.k_cache) + offset, valid ? 16 : 0);
+        cp_async_16(smem_address(sm_v_codes + dst), static_cast<const uint8_t*>(a.v_cache) + offset, valid ? 16 : 0);
+      } else {
+        const int dst = stage * kTileElems + swizzled<D>(r, c);
+        cp_async_16(smem_address(sm_k + dst), static_cast<const __nv_bfloat16*>(a.k_cache) + offset, valid ? 16 : 0);
+        cp_async_16(smem_address(sm_v + dst), static_cast<const __nv_bfloat16*>(a.v_cache) + offset, valid ? 16 : 0);
+      }
+    }
+  };
+  // FP8: the loaded codes of K and V become the bf16 tiles the MMAs read (exact: every E4M3 value is a bf16).
+  const auto decode_codes = [&] {
+    for (int i = tid; i < 2 * kPrefillKeys * (D / 16); i += kPrefillThreads) {
+      const bool is_v = i >= kPrefillKeys * (D / 16);
+      const int item = is_v ? i - kPrefillKeys * (D / 16) : i;
+      const int r = item / (D / 16);
+      const int c = item % (D / 16);  // 16 codes = two 8-value chunks of the bf16 row
+      const uint4 codes = *reinterpret_cast<const uint4*>((is_v ? sm_v_codes : sm_k_codes) + r * D + c * 16);
+      __nv_bfloat16* tile = is_v ? sm_v : sm_k;
+      const uint2 halves[2] = {make_uint2(codes.x, codes.y), make_uint2(codes.z, codes.w)};
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float f[8];
+        fp8x8_to_float(halves[half], f);
+        uint4 packed;
+        packed.x = pack_bf16x2(f[0], f[1]);
+        packed.y = pack_bf16x2(f[2], f[3]);
+        packed.z = pack_bf16x2(f[4], f[5]);
+        packed.w = pack_bf16x2(f[6], f[7]);
+        *reinterpret_cast<uint4*>(tile + swizzled<D>(r, 2 * c + half)) = packed;
+      }
     }
   };
   load_kv_tile(0, 0);
@@ -115,7 +158,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
   const int t = lane & 3;   // fragment column pair
   const int warp_row0 = row0 + warp * 16;
   const int row_pos[2] = {past + warp_row0 + g, past + warp_row0 + g + 8};
-  const float score_scale = a.scale * kLog2e;
+  const float score_scale = a.scale * kLog2e * (kFp8 ? a.k_scale : 1.0f);
 
   uint32_t q_frag[D / 16][4];
   float o[D / 8][4];
@@ -125,21 +168,32 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
   float row_sum[2] = {0.f, 0.f};  // this thread's columns only; summed over the quad at the end
 
   for (int j = 0; j < num_kv_tiles; ++j) {
-    if (j + 1 < num_kv_tiles) {
-      load_kv_tile(j + 1, (j + 1) & 1);  // its stage was released by the barrier that ended iteration j - 1
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
+    if constexpr (kFp8) {
       cp_async_wait<0>();
+      __syncthreads();  // tile j's codes (and Q) have arrived; every warp is done with tile j - 1's bf16 tiles
+      decode_codes();
+      __syncthreads();  // the bf16 tiles are written and the codes are free for tile j + 1
+      if (j + 1 < num_kv_tiles) {
+        load_kv_tile(j + 1, 0);
+        cp_async_commit();
+      }
+    } else {
+      if (j + 1 < num_kv_tiles) {
+        load_kv_tile(j + 1, (j + 1) & 1);  // its stage was released by the barrier that ended iteration j - 1
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
     }
-    __syncthreads();
     if (j == 0) {
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc)
         ldmatrix_x4(q_frag[kc], smem_address(sm_q + swizzled<D>(warp * 16 + (lane & 15), kc * 2 + (lane >> 4))));
     }
-    const __nv_bfloat16* k_tile = sm_k + (j & 1) * kTileElems;
-    const __nv_bfloat16* v_tile = sm_v + (j & 1) * kTileElems;
+    const __nv_bfloat16* k_tile = sm_k + (j % kStages) * kTileElems;
+    const __nv_bfloat16* v_tile = sm_v + (j % kStages) * kTileElems;
 
     // S = Q K^T for this warp's 16 rows x 64 keys: 8 n-tiles of 8 keys.
     float s[kPrefillKeys / 8][4];
@@ -215,7 +269,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
         mma_bf16_16816(o[2 * dp + 1], p_frag, b[2], b[3]);
       }
     }
-    __syncthreads();  // every warp is done with stage j & 1 before iteration j + 1 refills it
+    __syncthreads();  // every warp is done with this stage before iteration j + 1 refills it
   }
 
   // Normalise, stage the bf16 rows in this warp's own Q rows (only this warp ever read them), store 16 bytes.
@@ -226,7 +280,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
     float sum = row_sum[rr];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    inv[rr] = sum > 0.f ? 1.f / sum : 0.f;
+    inv[rr] = sum > 0.f ? (kFp8 ? a.v_scale : 1.f) / sum : 0.f;
   }
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) {
@@ -249,20 +303,20 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
   }
 }
 
-template <int D>
+template <int D, bool kFp8>
 void launch_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = prefill_smem_bytes<D>();
+  constexpr size_t smem = prefill_smem_bytes<D, kFp8>();
   // Over 48 KB of dynamic shared memory must be opted into, per device. Not while a graph is being captured
   // (the call is not a stream operation); an uncaptured launch on this device always comes first.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check_cuda(cudaStreamIsCapturing(stream, &capture), "paged_attention_prefill: cudaStreamIsCapturing");
   if (capture == cudaStreamCaptureStatusNone) {
-    check_cuda(
-        cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-        "paged_attention_prefill: cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+    check_cuda(cudaFuncSetAttribute(prefill_kernel<D, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)),
+               "paged_attention_prefill: cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   }
   const dim3 grid((a.max_seqlen_q + kPrefillRows - 1) / kPrefillRows, a.num_heads, a.num_seqs);
-  prefill_kernel<D><<<grid, kPrefillThreads, smem, stream>>>(a);
+  prefill_kernel<D, kFp8><<<grid, kPrefillThreads, smem, stream>>>(a);
   check_launch("prefill_kernel");
 }
 
@@ -275,9 +329,9 @@ void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream
     throw EngineError("paged_attention_prefill: num_seqs " + std::to_string(args.num_seqs) + " or num_heads " +
                       std::to_string(args.num_heads) + " exceeds the grid limit 65535");
   if (args.head_dim == 64) {
-    launch_prefill<64>(args, stream);
+    args.fp8_cache ? launch_prefill<64, true>(args, stream) : launch_prefill<64, false>(args, stream);
   } else {
-    launch_prefill<128>(args, stream);
+    args.fp8_cache ? launch_prefill<128, true>(args, stream) : launch_prefill<128, false>(args, stream);
   }
 }
 

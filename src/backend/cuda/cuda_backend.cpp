@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -44,6 +45,17 @@ void require_dtype(const Tensor& t, DType dtype, const char* op, const char* nam
   require(t.dtype == dtype, op,
           std::string(name) + " has dtype " + dtype_name(t.dtype) + ", expected " + dtype_name(dtype));
   require(!t.empty() || t.numel() == 0, op, std::string(name) + " has no data");
+}
+
+// K and V of one layer: both bf16 or both FP8, then with positive, finite scales.
+void require_kv_cache(const KvCacheLayer& cache, const char* op) {
+  const DType dtype = cache.is_fp8() ? DType::F8_E4M3 : DType::BF16;
+  require_dtype(cache.k, dtype, op, "cache.k");
+  require_dtype(cache.v, dtype, op, "cache.v");
+  const auto usable = [](float scale) { return std::isfinite(scale) && scale > 0.0f; };
+  require(!cache.is_fp8() || (usable(cache.k_scale) && usable(cache.v_scale)), op,
+          "FP8 cache scales must be positive and finite, got k_scale " + std::to_string(cache.k_scale) +
+              " and v_scale " + std::to_string(cache.v_scale));
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -287,8 +299,7 @@ void CudaBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, co
   require_dtype(positions, DType::I32, op, "positions");
   require_dtype(rope, DType::F32, op, "rope");
   require_dtype(slot_mapping, DType::I32, op, "slot_mapping");
-  require_dtype(cache.k, DType::BF16, op, "cache.k");
-  require_dtype(cache.v, DType::BF16, op, "cache.v");
+  require_kv_cache(cache, op);
   require_dtype(q_out, DType::BF16, op, "q_out");
   const int64_t t = qkv.dim(0);
   require(qkv.row_elems() == static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim, op,
@@ -306,8 +317,11 @@ void CudaBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, co
   args.positions = positions.as<int>();
   args.rope = rope.as<float>();
   args.slot_mapping = slot_mapping.as<int>();
-  args.k_cache = bf16_mut(cache.k);
-  args.v_cache = bf16_mut(cache.v);
+  args.k_cache = cache.k.data;
+  args.v_cache = cache.v.data;
+  args.fp8_cache = cache.is_fp8();
+  args.k_scale = cache.k_scale;
+  args.v_scale = cache.v_scale;
   args.q_out = bf16_mut(q_out);
   args.num_tokens = static_cast<int>(t);
   args.num_heads = num_heads;
@@ -323,8 +337,7 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
   const char* op = "paged_attention";
   require_dtype(q, DType::BF16, op, "q");
   require_dtype(out, DType::BF16, op, "out");
-  require_dtype(cache.k, DType::BF16, op, "cache.k");
-  require_dtype(cache.v, DType::BF16, op, "cache.v");
+  require_kv_cache(cache, op);
   require_dtype(batch.cu_seqlens_q, DType::I32, op, "cu_seqlens_q");
   require_dtype(batch.seq_lens_k, DType::I32, op, "seq_lens_k");
   require_dtype(batch.block_tables, DType::I32, op, "block_tables");
@@ -332,8 +345,11 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
           "q " + q.shape_string() + " / out " + out.shape_string() + " must be [T, nh * d]");
   cuda::PagedAttentionArgs args;
   args.q = bf16(q);
-  args.k_cache = bf16(cache.k);
-  args.v_cache = bf16(cache.v);
+  args.k_cache = cache.k.data;
+  args.v_cache = cache.v.data;
+  args.fp8_cache = cache.is_fp8();
+  args.k_scale = cache.k_scale;
+  args.v_scale = cache.v_scale;
   args.cu_seqlens_q = batch.cu_seqlens_q.as<int>();
   args.seq_lens_k = batch.seq_lens_k.as<int>();
   args.block_tables = batch.block_tables.as<int>();

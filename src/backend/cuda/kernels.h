@@ -32,8 +32,11 @@ struct QkNormRopeCacheArgs {
   const int* positions = nullptr;         // [T]
   const float* rope = nullptr;            // [max_pos, d]: cos | sin
   const int* slot_mapping = nullptr;      // [T]
-  __nv_bfloat16* k_cache = nullptr;       // [slots, nkv, d]
-  __nv_bfloat16* v_cache = nullptr;
+  void* k_cache = nullptr;                // [slots, nkv, d], bf16, or FP8 codes of value / scale
+  void* v_cache = nullptr;
+  bool fp8_cache = false;
+  float k_scale = 1.0f;  // FP8 only
+  float v_scale = 1.0f;
   __nv_bfloat16* q_out = nullptr;  // [T, nh d]
   int num_tokens = 0;
   int num_heads = 0;

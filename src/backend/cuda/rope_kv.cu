@@ -2,9 +2,10 @@
 // (token, head): each lane holds eight consecutive values (one 16-byte load), the head's sum of squares is
 // a shuffle reduction inside the group, and the rotation partner (x[i ± d/2]) is in the lane d/16 away, so
 // it is one more shuffle. Every lane runs the shuffles (q, k and v groups share warps); only the stores
-// depend on the head kind. Math in fp32, one rounding to bf16 at the store.
+// depend on the head kind. Math in fp32, one rounding at the store (to bf16, or to FP8 after the scale).
 #include "backend/cuda/bf16_vec.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8_vec.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace nanovllm::cuda {
@@ -72,8 +73,16 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(const QkNo
   const int slot = a.slot_mapping[t];
   if (slot < 0) return;
   const int kv_head = is_v ? h - a.num_heads - a.num_kv_heads : h - a.num_heads;
-  __nv_bfloat16* cache = is_v ? a.v_cache : a.k_cache;
-  store_bf16x8(cache + (static_cast<int64_t>(slot) * a.num_kv_heads + kv_head) * kHeadDim + col, result);
+  const int64_t at = (static_cast<int64_t>(slot) * a.num_kv_heads + kv_head) * kHeadDim + col;
+  if (!a.fp8_cache) {
+    store_bf16x8(static_cast<__nv_bfloat16*>(is_v ? a.v_cache : a.k_cache) + at, result);
+    return;
+  }
+  // FP8: the fp32 value (not its bf16 rounding) over the layer's scale, one rounding to E4M3.
+  const float scale = is_v ? a.v_scale : a.k_scale;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) x[j] = __fdiv_rn(x[j], scale);
+  *reinterpret_cast<uint2*>(static_cast<uint8_t*>(is_v ? a.v_cache : a.k_cache) + at) = fp8x8_from_float(x);
 }
 
 template <int kHeadDim>

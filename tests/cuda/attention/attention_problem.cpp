@@ -7,12 +7,14 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/fp8.h"
 #include "common/half_float.h"
 
 namespace nanovllm::attention_test {
 
 namespace {
 constexpr uint16_t kBf16Nan = 0x7fc0;
+constexpr uint8_t kFp8Nan = 0x7f;
 
 uint16_t random_bf16(std::mt19937_64& rng, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -26,6 +28,7 @@ std::string Problem::describe() const {
   for (size_t i = 0; i < seqs.size(); ++i) s << (i ? " " : "") << seqs[i].q_len << "/" << seqs[i].seq_len;
   s << "]";
   if (extra_bound_q || extra_bound_k) s << " extra_bound=" << extra_bound_q << "/" << extra_bound_k;
+  if (fp8) s << " fp8 k_scale=" << k_scale << " v_scale=" << v_scale;
   return s.str();
 }
 
@@ -58,8 +61,14 @@ HostBatch make_batch(const Problem& p) {
   std::shuffle(ids.begin(), ids.end(), rng);
 
   const size_t slot_elems = static_cast<size_t>(p.num_kv_heads) * d;
-  b.k_cache.assign(static_cast<size_t>(b.num_blocks) * bs * slot_elems, kBf16Nan);
-  b.v_cache.assign(b.k_cache.size(), kBf16Nan);
+  const size_t cache_elems = static_cast<size_t>(b.num_blocks) * bs * slot_elems;
+  if (p.fp8) {
+    b.k_codes.assign(cache_elems, kFp8Nan);
+    b.v_codes.assign(cache_elems, kFp8Nan);
+  } else {
+    b.k_cache.assign(cache_elems, kBf16Nan);
+    b.v_cache.assign(cache_elems, kBf16Nan);
+  }
   b.block_tables.assign(static_cast<size_t>(n) * b.max_blocks_per_seq, -1);
   int next = 0;
   for (int s = 0; s < n; ++s) {
@@ -69,8 +78,14 @@ HostBatch make_batch(const Problem& p) {
       const int block = b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq + key / bs];
       const size_t base = (static_cast<size_t>(block) * bs + key % bs) * slot_elems;
       for (size_t e = 0; e < slot_elems; ++e) {
-        b.k_cache[base + e] = random_bf16(rng, -2.f, 2.f);
-        b.v_cache[base + e] = random_bf16(rng, -1.f, 1.f);
+        const uint16_t k = random_bf16(rng, -2.f, 2.f), v = random_bf16(rng, -1.f, 1.f);
+        if (p.fp8) {
+          b.k_codes[base + e] = float_to_fp8_e4m3(bf16_to_float(k) / p.k_scale);
+          b.v_codes[base + e] = float_to_fp8_e4m3(bf16_to_float(v) / p.v_scale);
+        } else {
+          b.k_cache[base + e] = k;
+          b.v_cache[base + e] = v;
+        }
       }
     }
   }
@@ -100,6 +115,10 @@ std::vector<double> reference_attention(const Problem& p, const HostBatch& b) {
     const int pos = seq_len - p.seqs[item.seq].q_len + item.row;
     const int t = b.cu_seqlens_q[item.seq] + item.row;
     const int kvh = h / group;
+    const auto cached = [&](const std::vector<uint16_t>& values, const std::vector<uint8_t>& codes, float scale,
+                            size_t at) {
+      return p.fp8 ? static_cast<double>(fp8_e4m3_to_float(codes[at])) * scale : bf16_to_float(values[at]);
+    };
     std::vector<double> q(d), scores(pos + 1), acc(d, 0.0);
     for (int e = 0; e < d; ++e) q[e] = bf16_to_float(b.q[(static_cast<size_t>(t) * nh + h) * d + e]);
     double max_score = -INFINITY;
@@ -111,7 +130,7 @@ std::vector<double> reference_attention(const Problem& p, const HostBatch& b) {
     for (int key = 0; key <= pos; ++key) {
       const size_t base = slot_of(key);
       double dot = 0;
-      for (int e = 0; e < d; ++e) dot += q[e] * bf16_to_float(b.k_cache[base + e]);
+      for (int e = 0; e < d; ++e) dot += q[e] * cached(b.k_cache, b.k_codes, p.k_scale, base + e);
       scores[key] = dot * static_cast<double>(b.scale);
       max_score = std::max(max_score, scores[key]);
     }
@@ -120,7 +139,7 @@ std::vector<double> reference_attention(const Problem& p, const HostBatch& b) {
       const double w = std::exp(scores[key] - max_score);
       sum += w;
       const size_t base = slot_of(key);
-      for (int e = 0; e < d; ++e) acc[e] += w * bf16_to_float(b.v_cache[base + e]);
+      for (int e = 0; e < d; ++e) acc[e] += w * cached(b.v_cache, b.v_codes, p.v_scale, base + e);
     }
     for (int e = 0; e < d; ++e) out[(static_cast<size_t>(t) * nh + h) * d + e] = sum > 0 ? acc[e] / sum : 0.0;
   }
@@ -149,8 +168,8 @@ DevicePtr upload_vector(const std::vector<T>& v) {
 DeviceBatch upload(const Problem& p, const HostBatch& b) {
   DeviceBatch d;
   d.q = upload_vector(b.q);
-  d.k_cache = upload_vector(b.k_cache);
-  d.v_cache = upload_vector(b.v_cache);
+  d.k_cache = p.fp8 ? upload_vector(b.k_codes) : upload_vector(b.k_cache);
+  d.v_cache = p.fp8 ? upload_vector(b.v_codes) : upload_vector(b.v_cache);
   d.cu_seqlens_q = upload_vector(b.cu_seqlens_q);
   d.seq_lens_k = upload_vector(b.seq_lens_k);
   d.block_tables = upload_vector(b.block_tables);
@@ -158,8 +177,11 @@ DeviceBatch upload(const Problem& p, const HostBatch& b) {
   d.out = device_alloc(d.out_elems * sizeof(uint16_t));
   auto& a = d.args;
   a.q = static_cast<const __nv_bfloat16*>(d.q.get());
-  a.k_cache = static_cast<const __nv_bfloat16*>(d.k_cache.get());
-  a.v_cache = static_cast<const __nv_bfloat16*>(d.v_cache.get());
+  a.k_cache = d.k_cache.get();
+  a.v_cache = d.v_cache.get();
+  a.fp8_cache = p.fp8;
+  a.k_scale = p.k_scale;
+  a.v_scale = p.v_scale;
   a.cu_seqlens_q = static_cast<const int*>(d.cu_seqlens_q.get());
   a.seq_lens_k = static_cast<const int*>(d.seq_lens_k.get());
   a.block_tables = static_cast<const int*>(d.block_tables.get());

@@ -26,6 +26,9 @@ struct Problem {
   int extra_bound_q = 0;  // added to the max_seqlen_q / max_seqlen_k bounds (a graph captured for more)
   int extra_bound_k = 0;
   uint64_t seed = 1;
+  bool fp8 = false;  // an FP8 cache of codes of value / scale
+  float k_scale = 0.0173f;
+  float v_scale = 0.0091f;
 
   std::string describe() const;
 };
@@ -33,6 +36,7 @@ struct Problem {
 struct HostBatch {
   std::vector<uint16_t> q;                 // bf16 [T, nh * d]
   std::vector<uint16_t> k_cache, v_cache;  // bf16 [num_blocks, block_size, nkv, d]
+  std::vector<uint8_t> k_codes, v_codes;   // instead, for an FP8 problem: E4M3 codes of the same shape
   std::vector<int> cu_seqlens_q, seq_lens_k, block_tables;
   int num_blocks = 0;
   int total_q = 0;
@@ -44,7 +48,7 @@ struct HostBatch {
 
 HostBatch make_batch(const Problem& p);
 
-// fp64 attention of the same bf16 values: [T, nh * d].
+// fp64 attention of the same bf16 values (or FP8 codes times their scales): [T, nh * d].
 std::vector<double> reference_attention(const Problem& p, const HostBatch& b);
 
 struct DeviceFree {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -48,6 +49,18 @@ __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, floa
     x ^= x >> 16;
     const float u = static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
     p[i] = __float2bfloat16(u * amplitude);
+  }
+}
+
+// Random FP8 codes of either sign with |value| < 2 (never the NaN code).
+__global__ void fill_random_fp8(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 0x9e3779b9u ^ seed;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    p[i] = static_cast<uint8_t>(x & 0xb7u);  // exponent field at most 0b0110 (|value| < 2): finite, never NaN
   }
 }
 
@@ -103,13 +116,25 @@ struct Shape {
   int num_heads, num_kv_heads, head_dim, block_size;
 };
 
+// The cache's element size: bf16, or FP8 codes.
+size_t cache_elem_bytes(bool fp8) { return fp8 ? 1 : 2; }
+
+void fill_cache(const DeviceBuffer& b, size_t elems, uint32_t seed, float amplitude, bool fp8) {
+  if (!fp8) return fill(b, elems, seed, amplitude);
+  fill_random_fp8<<<1024, 256>>>(b.as<uint8_t>(), elems, seed);
+  check(cudaGetLastError(), "fill_random_fp8");
+}
+
 nanovllm::cuda::PagedAttentionArgs make_args(const Shape& s, int batch, int q_len, int ctx, const DeviceBuffer& q,
                                              const DeviceBuffer& k, const DeviceBuffer& v, const DeviceBuffer& cu,
-                                             const DeviceBuffer& lens, const DeviceBuffer& out) {
+                                             const DeviceBuffer& lens, const DeviceBuffer& out, bool fp8) {
   nanovllm::cuda::PagedAttentionArgs a;
   a.q = q.as<__nv_bfloat16>();
-  a.k_cache = k.as<__nv_bfloat16>();
-  a.v_cache = v.as<__nv_bfloat16>();
+  a.k_cache = k.ptr;
+  a.v_cache = v.ptr;
+  a.fp8_cache = fp8;
+  a.k_scale = fp8 ? 0.5f : 1.0f;
+  a.v_scale = fp8 ? 0.25f : 1.0f;
   a.cu_seqlens_q = cu.as<int>();
   a.seq_lens_k = lens.as<int>();
   a.out = out.as<__nv_bfloat16>();
@@ -125,17 +150,18 @@ nanovllm::cuda::PagedAttentionArgs make_args(const Shape& s, int batch, int q_le
   return a;
 }
 
-void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps) {
+void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps, bool fp8 = false) {
   const int blocks_per_seq = (ctx + s.block_size - 1) / s.block_size;
   const size_t block_elems = static_cast<size_t>(s.block_size) * s.num_kv_heads * s.head_dim;
   const size_t needed = static_cast<size_t>(batch) * blocks_per_seq;
   // A pool of >= 1 GiB per tensor, and up to 8 disjoint block tables over it, so repeated calls read DRAM,
   // not the 50 MB L2.
-  const size_t pool = std::max(needed, (size_t{1} << 30) / (block_elems * 2));
+  const size_t elem = cache_elem_bytes(fp8);
+  const size_t pool = std::max(needed, (size_t{1} << 30) / (block_elems * elem));
   const int tables = static_cast<int>(std::clamp<size_t>(pool / needed, 1, 8));
-  DeviceBuffer k(pool * block_elems * 2), v(pool * block_elems * 2);
-  fill(k, pool * block_elems, 2, 2.f);
-  fill(v, pool * block_elems, 3, 1.f);
+  DeviceBuffer k(pool * block_elems * elem), v(pool * block_elems * elem);
+  fill_cache(k, pool * block_elems, 2, 2.f, fp8);
+  fill_cache(v, pool * block_elems, 3, 1.f, fp8);
   std::vector<int> ids(pool);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(4));
@@ -153,7 +179,7 @@ void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps)
   const size_t ws_bytes = nanovllm::cuda::decode_workspace_bytes(batch, s.num_heads, s.head_dim, ctx);
   DeviceBuffer ws(ws_bytes);
   check(cudaMemset(ws.ptr, 0, std::max<size_t>(ws_bytes, 16)), "zero workspace");  // the decode's arrival counters
-  auto args = make_args(s, batch, 1, ctx, q, k, v, cu_d, lens_d, out);
+  auto args = make_args(s, batch, 1, ctx, q, k, v, cu_d, lens_d, out, fp8);
   const auto call = [&](int rep) {
     args.block_tables = table.as<int>() + static_cast<size_t>(rep % tables) * needed;
     nanovllm::cuda::paged_attention_decode(args, ws.ptr, ws_bytes, nullptr);
@@ -167,23 +193,24 @@ void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps)
                                   }) /
                           kBurst;
   check(cudaDeviceSynchronize(), "decode");
-  const double bytes = 2.0 * batch * static_cast<double>(ctx) * s.num_kv_heads * s.head_dim * 2;  // K + V
+  const double bytes = 2.0 * batch * static_cast<double>(ctx) * s.num_kv_heads * s.head_dim * elem;  // K + V
   const double gbs = bytes / (burst_us * 1e-6) / 1e9;
   const auto plan = nanovllm::cuda::attention_detail::plan_decode(batch, s.num_kv_heads, ctx);
   std::printf(
-      "decode  %-10s batch %4d ctx %6d splits %3d | %8.1f us/call | %8.1f us queued | %8.1f MB | "
+      "decode  %-10s %s batch %4d ctx %6d splits %3d | %8.1f us/call | %8.1f us queued | %8.1f MB | "
       "%6.0f GB/s | %5.1f%% of copy | floor %7.1f us\n",
-      s.name, batch, ctx, plan.num_splits, us, burst_us, bytes / 1e6, gbs, 100.0 * gbs / copy_gbs,
-      bytes / (copy_gbs * 1e9) * 1e6);
+      s.name, fp8 ? "fp8 " : "bf16", batch, ctx, plan.num_splits, us, burst_us, bytes / 1e6, gbs,
+      100.0 * gbs / copy_gbs, bytes / (copy_gbs * 1e9) * 1e6);
 }
 
-void bench_prefill(const Shape& s, int batch, int len, int reps) {
+void bench_prefill(const Shape& s, int batch, int len, int reps, bool fp8 = false) {
   const int blocks_per_seq = (len + s.block_size - 1) / s.block_size;
   const size_t block_elems = static_cast<size_t>(s.block_size) * s.num_kv_heads * s.head_dim;
   const size_t blocks = static_cast<size_t>(batch) * blocks_per_seq;
-  DeviceBuffer k(blocks * block_elems * 2), v(blocks * block_elems * 2);
-  fill(k, blocks * block_elems, 6, 2.f);
-  fill(v, blocks * block_elems, 7, 1.f);
+  const size_t elem = cache_elem_bytes(fp8);
+  DeviceBuffer k(blocks * block_elems * elem), v(blocks * block_elems * elem);
+  fill_cache(k, blocks * block_elems, 6, 2.f, fp8);
+  fill_cache(v, blocks * block_elems, 7, 1.f, fp8);
   std::vector<int> ids(blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(8));
@@ -197,14 +224,14 @@ void bench_prefill(const Shape& s, int batch, int len, int reps) {
   const size_t q_elems = static_cast<size_t>(batch) * len * s.num_heads * s.head_dim;
   DeviceBuffer q(q_elems * 2), out(q_elems * 2);
   fill(q, q_elems, 9, 2.f);
-  auto args = make_args(s, batch, len, len, q, k, v, cu_d, lens_d, out);
+  auto args = make_args(s, batch, len, len, q, k, v, cu_d, lens_d, out, fp8);
   args.block_tables = table.as<int>();
   const double us = time_us(reps, [&](int) { nanovllm::cuda::paged_attention_prefill(args, nullptr); });
   check(cudaDeviceSynchronize(), "prefill");
   // Causal: each sequence has len (len + 1) / 2 (query, key) pairs; QK^T and PV are 2 flops per MAC each.
   const double flops = 4.0 * s.num_heads * s.head_dim * batch * (static_cast<double>(len) * (len + 1) / 2);
-  std::printf("prefill %-10s batch %4d len %6d            | %9.1f us | %8.2f TFLOP/s\n", s.name, batch, len, us,
-              flops / (us * 1e-6) / 1e12);
+  std::printf("prefill %-10s %s batch %4d len %6d            | %9.1f us | %8.2f TFLOP/s\n", s.name,
+              fp8 ? "fp8 " : "bf16", batch, len, us, flops / (us * 1e-6) / 1e12);
 }
 
 }  // namespace
@@ -238,5 +265,15 @@ int main(int argc, char** argv) {
   bench_prefill(qwen06, 16, 1024, reps);
   bench_prefill(qwen06, 1, 8192, reps);
   bench_prefill(qwen8, 16, 1024, reps);
+  // Long contexts, and the FP8 cache beside bf16 at the same shapes.
+  bench_decode(qwen06, 16, 16384, copy_gbs, reps);
+  for (const bool fp8 : {false, true}) {
+    bench_decode(qwen06, 256, 1024, copy_gbs, reps, fp8);
+    bench_decode(qwen06, 64, 4096, copy_gbs, reps, fp8);
+    bench_decode(qwen06, 1, 32768, copy_gbs, reps, fp8);
+    bench_decode(qwen06, 16, 16384, copy_gbs, reps, fp8);
+    bench_prefill(qwen06, 16, 1024, reps, fp8);
+    bench_prefill(qwen06, 1, 16384, reps, fp8);
+  }
   return 0;
 }

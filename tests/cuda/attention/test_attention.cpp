@@ -96,7 +96,8 @@ std::vector<SeqSpec> decode_seqs(const std::vector<int>& lengths) {
 cuda::PagedAttentionArgs plausible_args() {
   cuda::PagedAttentionArgs a;
   alignas(16) static const int dummy[4] = {};
-  a.q = a.k_cache = a.v_cache = reinterpret_cast<const __nv_bfloat16*>(dummy);
+  a.q = reinterpret_cast<const __nv_bfloat16*>(dummy);
+  a.k_cache = a.v_cache = dummy;
   a.out = reinterpret_cast<__nv_bfloat16*>(const_cast<int*>(dummy));
   a.cu_seqlens_q = a.seq_lens_k = a.block_tables = dummy;
   a.num_seqs = 1;
@@ -126,6 +127,18 @@ TEST(AttentionArgs, UnsupportedHeadsAreNamed) {
   EXPECT_NE(cuda::unsupported_attention_heads(8, 8, 256).find("head_dim 256"), std::string::npos);
   EXPECT_NE(cuda::unsupported_attention_heads(32, 2, 128).find("16 query heads per KV head"), std::string::npos);
   EXPECT_NE(cuda::unsupported_attention_heads(12, 8, 128).find("12 query heads over 8 KV heads"), std::string::npos);
+}
+
+TEST(AttentionArgs, RejectsBadFp8Scales) {
+  for (float bad : {0.0f, -1.0f, INFINITY, NAN}) {
+    cuda::PagedAttentionArgs a = plausible_args();
+    a.fp8_cache = true;
+    a.v_scale = bad;
+    EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr), EngineError) << bad;
+    a.v_scale = 1.0f;
+    a.k_scale = bad;
+    EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, nullptr), EngineError) << bad;
+  }
 }
 
 TEST(AttentionArgs, RejectsBadBlockSize) {
@@ -252,20 +265,51 @@ class DecodeSweep : public testing::TestWithParam<SweepParam> {};
 
 // Two KV heads, 8 sequences of the listed lengths: 16 CTAs per split, so the plan splits the long ones into
 // 128-key chunks (24 splits for 3000) and the short ones leave most splits empty.
-TEST_P(DecodeSweep, MixedLengthsManySplits) {
-  REQUIRE_DEVICE();
-  const SweepParam sp = GetParam();
+// A sweep point's heads (two KV heads) and block size; the caller adds the sequences.
+Problem sweep_problem(const SweepParam& sp, uint64_t seed_base, bool fp8) {
   Problem p;
   p.num_kv_heads = 2;
   p.num_heads = 2 * sp.group;
   p.head_dim = sp.head_dim;
   p.block_size = sp.block_size;
+  p.seed = seed_base + sp.head_dim + sp.group * 7 + sp.block_size;
+  p.fp8 = fp8;
+  return p;
+}
+
+TEST_P(DecodeSweep, MixedLengthsManySplits) {
+  REQUIRE_DEVICE();
+  Problem p = sweep_problem(GetParam(), 100, false);
   p.seqs = decode_seqs({1, 2, 17, 255, 256, 257, 1000, 3000});
-  p.seed = 100 + sp.head_dim + sp.group * 7 + sp.block_size;
+  expect_close(p, Kernel::kDecode);
+}
+
+// The same with an FP8 cache (scales that are not powers of two); the reference attends the dequantised codes.
+TEST_P(DecodeSweep, Fp8MixedLengthsManySplits) {
+  REQUIRE_DEVICE();
+  Problem p = sweep_problem(GetParam(), 500, true);
+  p.seqs = decode_seqs({1, 2, 17, 255, 256, 257, 1000, 3000});
   expect_close(p, Kernel::kDecode);
 }
 
 INSTANTIATE_TEST_SUITE_P(Attention, DecodeSweep, testing::ValuesIn(all_sweep_params()), sweep_name);
+
+// FP8 at the shapes that decide the split plan: one long sequence (many splits, spread) and a batch large
+// enough for one split per CTA.
+TEST(Decode, Fp8LongSequenceAndLargeBatch) {
+  REQUIRE_DEVICE();
+  for (const std::vector<int>& lengths : {std::vector<int>{32768}, std::vector<int>(300, 700)}) {
+    Problem p;
+    p.num_heads = 16;
+    p.num_kv_heads = 8;
+    p.head_dim = 128;
+    p.block_size = 256;
+    p.seqs = decode_seqs(lengths);
+    p.seed = 77 + lengths.size();
+    p.fp8 = true;
+    expect_close(p, Kernel::kDecode);
+  }
+}
 
 // >= kDecodeTargetCtas (2048) (sequence, KV head) CTAs: one split, the CTA writes the output directly (no merge).
 TEST(Decode, LargeBatchSingleSplit) {
@@ -424,17 +468,20 @@ TEST(Decode, WorkspaceTooSmallThrows) {
 class PrefillSweep : public testing::TestWithParam<SweepParam> {};
 
 // Full prompts at tile/block boundaries, a chunked-prefill chunk, a prefix-cache hit and a decode-like row.
+const std::vector<SeqSpec> kPrefillSweepSeqs = {{1, 1},     {2, 2},     {17, 17},   {64, 64}, {65, 65},  {255, 255},
+                                                {256, 256}, {257, 257}, {37, 1000}, {1, 300}, {200, 456}};
+
 TEST_P(PrefillSweep, MixedBatch) {
   REQUIRE_DEVICE();
-  const SweepParam sp = GetParam();
-  Problem p;
-  p.num_kv_heads = 2;
-  p.num_heads = 2 * sp.group;
-  p.head_dim = sp.head_dim;
-  p.block_size = sp.block_size;
-  p.seqs = {{1, 1},     {2, 2},     {17, 17},   {64, 64}, {65, 65},  {255, 255},
-            {256, 256}, {257, 257}, {37, 1000}, {1, 300}, {200, 456}};
-  p.seed = 300 + sp.head_dim + sp.group * 7 + sp.block_size;
+  Problem p = sweep_problem(GetParam(), 300, false);
+  p.seqs = kPrefillSweepSeqs;
+  expect_close(p, Kernel::kPrefill);
+}
+
+TEST_P(PrefillSweep, Fp8MixedBatch) {
+  REQUIRE_DEVICE();
+  Problem p = sweep_problem(GetParam(), 700, true);
+  p.seqs = kPrefillSweepSeqs;
   expect_close(p, Kernel::kPrefill);
 }
 

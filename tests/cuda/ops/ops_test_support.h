@@ -121,6 +121,11 @@ class CudaOpsTest : public ::testing::Test {
     }
     return out;
   }
+  std::vector<uint8_t> read_gpu_bytes(const Tensor& t) {
+    std::vector<uint8_t> out(t.bytes());
+    gpu_->download(t.data, out.data(), t.bytes());
+    return out;
+  }
   std::vector<int32_t> read_gpu_i32(const Tensor& t) {
     std::vector<int32_t> out(static_cast<size_t>(t.numel()));
     gpu_->download(t.data, out.data(), t.bytes());

@@ -1,0 +1,42 @@
+#pragma once
+// Eight FP8 E4M3 values in 8 bytes: the FP8 KV cache's unit, as Bf16x8 is bf16's. Encoding rounds to nearest
+// even and saturates at +-448 (cvt .satfinite), the rule common/fp8.h implements on the host; decoding is exact
+// (every E4M3 value is a half and a bf16).
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace nanovllm::cuda {
+
+__device__ __forceinline__ uint2 fp8x8_from_float(const float (&f)[8]) {
+  uint32_t word[2];
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(f[4 * w], f[4 * w + 1]), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(f[4 * w + 2], f[4 * w + 3]), __NV_SATFINITE, __NV_E4M3);
+    word[w] = lo | (hi << 16);
+  }
+  return make_uint2(word[0], word[1]);
+}
+
+// Two codes (the low 16 bits of `pair`, first value in the low byte) as floats.
+__device__ __forceinline__ float2 fp8x2_to_float2(uint32_t pair) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xffffu), __NV_E4M3);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
+__device__ __forceinline__ void fp8x8_to_float(const uint2& v, float (&f)[8]) {
+  const uint32_t w[2] = {v.x, v.y};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float2 a = fp8x2_to_float2(w[i]);
+    const float2 b = fp8x2_to_float2(w[i] >> 16);
+    f[4 * i] = a.x;
+    f[4 * i + 1] = a.y;
+    f[4 * i + 2] = b.x;
+    f[4 * i + 3] = b.y;
+  }
+}
+
+}  // namespace nanovllm::cuda
