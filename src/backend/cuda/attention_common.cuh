@@ -81,10 +81,13 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 __device__ __forceinline__ uint4 load_16b(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 __device__ __forceinline__ uint2 load_8b(const void* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 
-// Eight cached values of a lane: one 16-byte load of bf16, or one 8-byte load of FP8 codes (the same eight
-// elements, half the bytes). Element offsets are the same for both; only the byte stride differs.
-template <bool kFp8>
-struct CacheVec {
+// kVec cached values of a lane in one load: eight bf16 (16 bytes), or eight or sixteen FP8 codes (8 or 16
+// bytes). Element offsets are the same for every kind; only the byte stride differs.
+template <bool kFp8, int kVec>
+struct CacheVec;
+
+template <>
+struct CacheVec<false, 8> {
   using Raw = uint4;
   static __device__ __forceinline__ Raw load(const void* base, size_t element) {
     return load_16b(static_cast<const __nv_bfloat16*>(base) + element);
@@ -94,13 +97,26 @@ struct CacheVec {
 };
 
 template <>
-struct CacheVec<true> {
+struct CacheVec<true, 8> {
   using Raw = uint2;
   static __device__ __forceinline__ Raw load(const void* base, size_t element) {
     return load_8b(static_cast<const uint8_t*>(base) + element);
   }
   static __device__ __forceinline__ Raw zero() { return make_uint2(0, 0); }
   static __device__ __forceinline__ void to_float(const Raw& r, float (&f)[8]) { fp8x8_to_float(r, f); }
+};
+
+template <>
+struct CacheVec<true, 16> {
+  using Raw = uint4;
+  static __device__ __forceinline__ Raw load(const void* base, size_t element) {
+    return load_16b(static_cast<const uint8_t*>(base) + element);
+  }
+  static __device__ __forceinline__ Raw zero() { return make_uint4(0, 0, 0, 0); }
+  static __device__ __forceinline__ void to_float(const Raw& r, float (&f)[16]) {
+    fp8x8_to_float(make_uint2(r.x, r.y), reinterpret_cast<float(&)[8]>(f[0]));
+    fp8x8_to_float(make_uint2(r.z, r.w), reinterpret_cast<float(&)[8]>(f[8]));
+  }
 };
 
 constexpr float kLog2e = 1.4426950408889634f;

@@ -3,10 +3,11 @@
 // Grid (num_kv_heads, num_seqs, num_splits). One CTA of 128 threads owns one KV head of one sequence and one
 // chunk of its keys, and computes every query head of that GQA group, so each K/V byte is read from memory
 // once per step. Inside the CTA, D/8 consecutive lanes share a key (eight values each: 16 bytes of bf16 or 8 of
-// FP8); the CTA's "token groups" each walk their own keys with an fp32 online softmax, and merge through shared
-// memory at the end. With one split the CTA writes the bf16 output; otherwise it writes a normalised partial (acc/l)
-// plus (max, sum) to the workspace, and the last CTA of the (sequence, KV head) to finish combines the splits
-// (merge_if_last): no second launch, whose fixed cost was ~5 us a layer in a decode step.
+// FP8; D/16 lanes of 16 FP8 codes for groups of one or two heads); the CTA's "token groups" each walk their own
+// keys with an fp32 online softmax, and merge through shared memory at the end. With one split the CTA writes the bf16
+// output; otherwise it writes a normalised partial (acc/l) plus (max, sum) to the workspace, and the last CTA of the
+// (sequence, KV head) to finish combines the splits (merge_if_last): no second launch, whose fixed cost was ~5 us a
+// layer in a decode step.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -108,13 +109,17 @@ template <int D, int G, bool kFp8>
 __global__ void __launch_bounds__(kDecodeThreads)
     decode_split_kernel(PagedAttentionArgs a, int num_splits, int plan_chunk, bool spread, float* ws_acc, float* ws_ml,
                         int* counters_end) {
-  using Vec = CacheVec<kFp8>;
-  constexpr int kLanes = D / 8;                     // lanes per key: one vector of eight values each
+  // Values per lane: 8 (one 16-byte load of bf16). FP8 with small groups: 16 codes (one 16-byte load), so half
+  // the lanes share a key and each key costs fewer shuffles; the per-lane queries and accumulators double, which
+  // larger groups cannot afford in registers (or in sm_acc), so they load 8 codes (8 bytes) a lane.
+  constexpr int kVec = kFp8 && G <= 2 ? 16 : 8;
+  using Vec = CacheVec<kFp8, kVec>;
+  constexpr int kLanes = D / kVec;                  // lanes per key
   constexpr int kGroups = kDecodeThreads / kLanes;  // token groups per CTA
-  // Keys per group per iteration (loads in flight). FP8 loads are half as wide: twice the keys keep as many
-  // bytes in flight, where the tile still divides a chunk.
-  constexpr int kBaseUnroll = G > 4 ? 2 : 4;
-  constexpr int kUnroll = kFp8 && kGroups * kBaseUnroll * 2 <= kDecodeChunkAlign ? 2 * kBaseUnroll : kBaseUnroll;
+  // Keys per group per iteration (loads in flight): 8-byte FP8 loads take twice the keys to keep as many bytes
+  // in flight; fewer wherever a tile of them would not divide a chunk.
+  constexpr int kBaseUnroll = (G > 4 ? 2 : 4) * (kFp8 && kVec == 8 ? 2 : 1);
+  constexpr int kUnroll = kGroups * kBaseUnroll <= kDecodeChunkAlign ? kBaseUnroll : kDecodeChunkAlign / kGroups;
   constexpr int kTileKeys = kGroups * kUnroll;
   static_assert(kDecodeChunkAlign % kTileKeys == 0, "chunks must be whole iterations");
   static_assert(16 % kUnroll == 0, "a group's keys of one iteration must fit in the smallest block (16)");
@@ -153,32 +158,35 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
   // Queries, pre-scaled so that scores are in log2 units (exp2 instead of exp).
   const float q_scale = a.scale * kLog2e * (kFp8 ? a.k_scale : 1.0f);
-  float q[G][8];
+  float q[G][kVec];
 #pragma unroll
   for (int h = 0; h < G; ++h) {
     if (h < group_size) {
-      const uint4 raw =
-          load_16b(a.q + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D + lane_in_group * 8);
-      bf16x8_to_float(raw, q[h]);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) q[h][i] *= q_scale;
+      for (int part = 0; part < kVec / 8; ++part) {
+        const uint4 raw = load_16b(a.q + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D +
+                                   lane_in_group * kVec + part * 8);
+        bf16x8_to_float(raw, reinterpret_cast<float(&)[8]>(q[h][part * 8]));
+      }
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) q[h][i] *= q_scale;
     } else {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) q[h][i] = 0.f;
+      for (int i = 0; i < kVec; ++i) q[h][i] = 0.f;
     }
   }
 
-  float run_max[G], run_sum[G], acc[G][8];
+  float run_max[G], run_sum[G], acc[G][kVec];
 #pragma unroll
   for (int h = 0; h < G; ++h) {
     run_max[h] = -INFINITY;
     run_sum[h] = 0.f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[h][i] = 0.f;
+    for (int i = 0; i < kVec; ++i) acc[h][i] = 0.f;
   }
 
   const size_t slot_stride = static_cast<size_t>(a.num_kv_heads) * D;  // elements between consecutive slots
-  const size_t head_offset = static_cast<size_t>(kv_head) * D + lane_in_group * 8;
+  const size_t head_offset = static_cast<size_t>(kv_head) * D + lane_in_group * kVec;
   const int* table = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
   const int block_shift = __ffs(a.block_size) - 1;
   const int block_mask = a.block_size - 1;
@@ -208,13 +216,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
     float score[kUnroll][G];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      float k[8];
+      float k[kVec];
       Vec::to_float(k_raw[u], k);
 #pragma unroll
       for (int h = 0; h < G; ++h) {
         float s = 0.f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s = fmaf(q[h][i], k[i], s);
+        for (int i = 0; i < kVec; ++i) s = fmaf(q[h][i], k[i], s);
         score[u][h] = s;
       }
     }
@@ -228,7 +236,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
 
     // Online softmax, one rescale per iteration.
-    float v[kUnroll][8];
+    float v[kUnroll][kVec];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) Vec::to_float(v_raw[u], v[u]);
 #pragma unroll
@@ -243,13 +251,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
       run_max[h] = tile_max;
       run_sum[h] *= correction;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[h][i] *= correction;
+      for (int i = 0; i < kVec; ++i) acc[h][i] *= correction;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const float p = valid[u] ? exp2f(score[u][h] - ref) : 0.f;
         run_sum[h] += p;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(p, v[u][i], acc[h][i]);
+        for (int i = 0; i < kVec; ++i) acc[h][i] = fmaf(p, v[u][i], acc[h][i]);
       }
     }
   }
@@ -257,9 +265,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
   // Merge the token groups of the CTA.
 #pragma unroll
   for (int h = 0; h < G; ++h) {
-    float4* dst = reinterpret_cast<float4*>(&sm_acc[group][h][lane_in_group * 8]);
-    dst[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
-    dst[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+    float4* dst = reinterpret_cast<float4*>(&sm_acc[group][h][lane_in_group * kVec]);
+#pragma unroll
+    for (int i = 0; i < kVec / 4; ++i)
+      dst[i] = make_float4(acc[h][4 * i], acc[h][4 * i + 1], acc[h][4 * i + 2], acc[h][4 * i + 3]);
     if (lane_in_group == 0) {
       sm_max[group][h] = run_max[h];
       sm_sum[group][h] = run_sum[h];
