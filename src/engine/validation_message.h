@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "common/error.h"
+#include "common/quoted.h"
 
 namespace nanovllm {
 
@@ -13,7 +14,7 @@ template <typename Value>
   std::ostringstream message;
   message << field << " must be " << rule << ", got ";
   if constexpr (std::is_convertible_v<Value, std::string>) {
-    message << '"' << value << '"';
+    message << quoted_text(std::string(value));  // untrusted: cut short, control characters escaped
   } else {
     message << value;
   }

@@ -128,8 +128,21 @@ TEST(EngineConfigValidate, Model) {
 }
 
 TEST(EngineConfigValidate, Device) {
-  expect_invalid(engine([](auto& c) { c.device = "tpu"; }), {"device", "\"tpu\""});
-  expect_invalid(engine([](auto& c) { c.device = "CUDA"; }), {"device", "\"CUDA\""});
+  expect_invalid(engine([](auto& c) { c.device = "tpu"; }), {"device", "'tpu'"});
+  expect_invalid(engine([](auto& c) { c.device = "CUDA"; }), {"device", "'CUDA'"});
+  // An untrusted value is cut short and its control characters escaped: one readable line.
+  try {
+    EngineConfig c;
+    c.model = "m";
+    c.kv_cache_dtype = std::string(300, 'x') + "\n\x1b[2J";
+    c.validate();
+    ADD_FAILURE() << "accepted";
+  } catch (const InvalidInput& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("kv_cache_dtype must be auto, fp8 or fp8_e4m3"), std::string::npos) << message;
+    EXPECT_NE(message.find("(305 bytes)"), std::string::npos) << message;
+    EXPECT_EQ(message.find_first_of("\n\x1b"), std::string::npos) << message;
+  }
 }
 
 TEST(EngineConfigValidate, Counts) {
@@ -170,7 +183,7 @@ TEST(StepPolicyNames, RoundTripAndRefuseOthers) {
     ADD_FAILURE() << "fcfs was accepted";
   } catch (const InvalidInput& e) {
     EXPECT_NE(std::string(e.what()).find("step_policy"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("\"fcfs\""), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'fcfs'"), std::string::npos) << e.what();
   }
 }
 

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 import nanovllm
+from conftest import ENGINE_KWARGS
 from nanovllm import LLM, CompletionOutput, Logprob, RequestOutput, SamplingParams, _core
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6)
@@ -52,6 +53,12 @@ def test_llm_takes_every_engine_setting(source_dir):
     nano_vllm_config = {"max_num_batched_tokens", "max_num_seqs", "max_model_len", "gpu_memory_utilization",
                         "tensor_parallel_size", "enforce_eager", "kvcache_block_size", "num_kvcache_blocks"}
     assert nano_vllm_config <= set(_core.EngineConfig.fields)
+
+
+def test_fp8_kv_cache_generates_what_it_is_asked(model_dir):
+    with LLM(model_dir, kv_cache_dtype="fp8", **ENGINE_KWARGS) as llm:
+        out = llm.generate([[1, 2, 3, 4]], GREEDY, use_tqdm=False)
+    assert len(out[0]["token_ids"]) == GREEDY.max_tokens
 
 
 def test_stop_takes_a_string_or_a_list():
