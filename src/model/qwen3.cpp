@@ -97,9 +97,9 @@ Qwen3Model::LinearWeight Qwen3Model::load_fp8_linear(WeightSource& weights, cons
     const Part& part = parts[i];
     // Fused parts stack their scale rows too, which only works when no scale block spans two parts.
     if (i + 1 < parts.size() && part.rows.size() % kFp8BlockSize != 0)
-      throw InvalidInput("FP8 weights: " + quoted_text(part.name) + " gives " + std::to_string(part.rows.size()) +
-                         " rows to a fused linear; every part but the last must be a multiple of " +
-                         std::to_string(kFp8BlockSize) + " rows");
+      throw InvalidInput("FP8 weight " + quoted_text(part.name) + " " + shape_to_string(part.shape) + ": its " +
+                         std::to_string(part.rows.size()) + " rows (of this rank) in a fused linear must be a " +
+                         "multiple of " + std::to_string(kFp8BlockSize) + ", so that no scale block spans two parts");
     const Fp8HostBlock block = weights.get_fp8_block(module_of(part.name), part.shape, part.rows, part.cols);
     const size_t code_bytes = block.weight.view.bytes(), scale_bytes = block.scale.view.bytes();
     if (code_offset + code_bytes > w.weight.bytes() || scale_offset + scale_bytes > w.block_scale.bytes())

@@ -17,6 +17,7 @@ def test_unknown_keyword_is_a_type_error_naming_it(model_dir):
     ({"kvcache_block_size": 3}, "kvcache_block_size"),
     ({"device": "tpu"}, "device must be one of auto, cpu, cuda"),
     ({"load_format": "pt"}, "load_format must be 'auto' or 'dummy'"),
+    ({"quantization": "awq"}, "quantization must be none or fp8, got \"awq\""),
 ])
 def test_bad_setting_is_a_value_error(model_dir, kwargs, message):
     with pytest.raises(ValueError, match=message):
