@@ -113,7 +113,10 @@ void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bia
   cpu::require_dtype(weight, DType::F32, "linear", "weight");
   const int64_t n = weight.dim(0);
   const int64_t k = weight.row_elems();
-  const auto [tokens, b] = cpu::check_linear_operands("linear", x, n, k, bias, out);
+  // Plain variables, not a structured binding: OpenMP regions below use them.
+  const cpu::LinearOperands operands = cpu::check_linear_operands("linear", x, n, k, bias, out);
+  const int64_t tokens = operands.tokens;
+  const float* b = operands.bias;
   if (tokens == 0 || n == 0) return;
   const float* xs = x.as<const float>();
   const float* ws = weight.as<const float>();

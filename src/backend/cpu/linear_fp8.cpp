@@ -47,7 +47,10 @@ void CpuBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor&
   cpu::require_dtype(block_scale, DType::F32, op, "block_scale");
   const int64_t n = weight.dim(0);
   const int64_t k = weight.row_elems();
-  const auto [tokens, b] = cpu::check_linear_operands(op, x, n, k, bias, out);
+  // Plain variables, not a structured binding: OpenMP regions below use them.
+  const cpu::LinearOperands operands = cpu::check_linear_operands(op, x, n, k, bias, out);
+  const int64_t tokens = operands.tokens;
+  const float* b = operands.bias;
   cpu::require_matrix(block_scale, (n + kFp8BlockSize - 1) / kFp8BlockSize, (k + kFp8BlockSize - 1) / kFp8BlockSize, op,
                       "block_scale");
   if (tokens == 0 || n == 0) return;
