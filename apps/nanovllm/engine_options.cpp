@@ -35,6 +35,10 @@ void EngineOptions::add_to(CLI::App& cmd) {
       ->check(CLI::IsMember({"decode-first", "prefill-first"}))
       ->default_str("decode-first");
   cmd.add_option("--load-format", load_format, "auto | dummy (random weights from config.json)")->capture_default_str();
+  cmd.add_option("--quantization", config.quantization,
+                 "none | fp8 (the decoder linears quantised to block-scaled FP8 as they load; an FP8 checkpoint "
+                 "loads as FP8 either way)")
+      ->default_str("none");
   cmd.add_option("--seed", config.seed, "seed of dummy weights and of requests without one")->capture_default_str();
   cmd.add_flag("!--no-progress", config.show_progress, "no progress bar");
 }

@@ -36,8 +36,11 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   StepPolicy step_policy = StepPolicy::DecodeFirst;
   bool load_dummy_weights = false;  // random weights from config.json alone (vLLM's load_format=dummy)
-  uint64_t seed = 0;                // dummy weights and requests without a seed of their own
-  bool show_progress = true;        // progress bar of LLM::generate on stderr
+  // "" / "none": weights as the checkpoint stores them (an FP8 checkpoint loads as FP8); "fp8": the decoder
+  // layers' linear weights quantised at load to block-scaled FP8 (docs/fp8.md), as vLLM's --quantization fp8.
+  std::string quantization;
+  uint64_t seed = 0;          // dummy weights and requests without a seed of their own
+  bool show_progress = true;  // progress bar of LLM::generate on stderr
 
   // Throws InvalidInput naming the first bad setting.
   void validate() const;

@@ -22,6 +22,7 @@ class EngineConfig:
     enable_prefix_caching: bool
     step_policy: str  # "decode-first" | "prefill-first"
     load_dummy_weights: bool
+    quantization: str  # "" | "none" | "fp8"
     seed: int
     show_progress: bool
     def __init__(self) -> None: ...

@@ -51,8 +51,8 @@ class LLM:
             ``kvcache_block_size``, ``num_kvcache_blocks``; and ``device`` ("auto" | "cpu" | "cuda"; auto
             takes the GPU where this build has CUDA and one is visible), ``seed``, ``enable_prefix_caching``,
             ``cpu_kvcache_space_gib``, ``kv_cache_dtype`` ("auto" | "fp8"), ``step_policy`` ("decode-first" |
-            "prefill-first"), ``load_format``
-            ("auto" | "dummy"). Defaults: include/nanovllm/config.h.
+            "prefill-first"), ``load_format`` ("auto" | "dummy"), ``quantization`` (None | "fp8": quantise the
+            linear weights to block-scaled FP8 as they load; docs/fp8.md). Defaults: include/nanovllm/config.h.
 
     Raises:
         TypeError: an unknown keyword or a value of the wrong type.
@@ -71,6 +71,8 @@ class LLM:
                 if value not in ("auto", "dummy"):
                     raise ValueError(f"load_format must be 'auto' or 'dummy', got {value!r}")
                 config.load_dummy_weights = value == "dummy"
+            elif name == "quantization" and value is None:
+                config.quantization = ""  # vLLM's default: the checkpoint's own format
             elif name in _core.EngineConfig.fields:
                 try:
                     setattr(config, name, value)

@@ -46,6 +46,7 @@ void bind_engine_config(py::module_& m) {
   bind_field(cls, fields, "kv_cache_dtype", &EngineConfig::kv_cache_dtype);
   bind_field(cls, fields, "enable_prefix_caching", &EngineConfig::enable_prefix_caching);
   bind_field(cls, fields, "seed", &EngineConfig::seed);
+  bind_field(cls, fields, "quantization", &EngineConfig::quantization);
   cls.def_property(
       "step_policy", [](const EngineConfig& c) { return to_string(c.step_policy); },
       [](EngineConfig& c, const std::string& name) { c.step_policy = parse_step_policy(name); });

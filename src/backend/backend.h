@@ -138,6 +138,17 @@ class Backend {
   // out [T, N] = x [T, K] · weight [N, K]^T (+ bias [N] when not empty). out may be F32 with bf16 x/weight
   // (the lm_head's logits); otherwise out is compute_dtype().
   virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) = 0;
+  // linear() over a weight in Qwen's block-scaled FP8 (docs/fp8.md): weight F8_E4M3 [N, K], block_scale F32
+  // [ceil(N / 128), ceil(K / 128)], and the weight's element (n, k) is fp8_e4m3_to_float(weight[n, k]) *
+  // block_scale[n / 128, k / 128] (the block is kFp8BlockSize, fixed). x, bias and out as in linear(): out is
+  // compute_dtype(). Only where supports_fp8_weights(); the model checks that before it loads FP8 weights.
+  virtual void linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
+                          Tensor& out) {
+    (void)x, (void)weight, (void)block_scale, (void)bias, (void)out;
+    throw EngineError(name() + " backend has no FP8 linear (linear_fp8)");
+  }
+  // Whether linear_fp8() works here.
+  virtual bool supports_fp8_weights() const { return false; }
   // qkv [T, (nh + 2 nkv) d] is split into q, k, v; q and k get the per-head RMSNorm (when q_norm / k_norm
   // are not empty; Qwen2 has none) and rotary embedding (NeoX halves: x1 = x[:d/2], x2 = x[d/2:]) with
   // rope [max_pos, d] F32 holding cos in [:, :d/2] and sin in [:, d/2:]. q goes to q_out [T, nh d];

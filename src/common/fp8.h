@@ -9,6 +9,9 @@
 namespace nanovllm {
 
 constexpr float kFp8E4m3Max = 448.0f;
+// Block-scaled FP8 weights (Qwen's and DeepSeek's checkpoints): one scale per kFp8BlockSize x kFp8BlockSize
+// block of a linear's [N, K] weight.
+constexpr int64_t kFp8BlockSize = 128;
 
 inline float fp8_e4m3_to_float(uint8_t code) {
   const float sign = (code & 0x80u) != 0 ? -1.0f : 1.0f;

@@ -45,6 +45,8 @@ void EngineConfig::validate() const {
   if (num_kvcache_blocks != -1 && num_kvcache_blocks < 1) {
     throw_invalid_setting("num_kvcache_blocks", "-1 (size from memory) or >= 1", num_kvcache_blocks);
   }
+  if (!quantization.empty() && quantization != "none" && quantization != "fp8")
+    throw_invalid_setting("quantization", "none or fp8", quantization);
   if (!(std::isfinite(cpu_kvcache_space_gib) && cpu_kvcache_space_gib > 0.0)) {
     throw_invalid_setting("cpu_kvcache_space_gib", "> 0 and finite", cpu_kvcache_space_gib);
   }

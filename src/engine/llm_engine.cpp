@@ -66,8 +66,10 @@ LLMEngine::LLMEngine(EngineConfig config) : config_(std::move(config)) {
   if (std::filesystem::is_directory(dir) && std::filesystem::exists(dir / "tokenizer.json"))
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_model_dir(dir));
 
+  const bool quantize_fp8 =
+      apply_quantization_setting(config_.quantization, config_.load_dummy_weights, model_config_.quantization);
   const std::unique_ptr<WeightSource> weights =
-      open_weights(dir, model_config_, config_.load_dummy_weights, config_.seed);
+      open_weights(dir, model_config_, config_.load_dummy_weights, config_.seed, quantize_fp8);
   executor_ = std::make_unique<ModelExecutor>(config_, model_config_, *weights);
   scheduler_ = std::make_unique<Scheduler>(config_, executor_->num_kvcache_blocks(), model_config_.eos_token_ids);
   startup_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

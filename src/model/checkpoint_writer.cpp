@@ -3,9 +3,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
+#include <utility>
 
 #include "common/error.h"
 #include "common/half_float.h"
+#include "model/fp8_block_quantizer.h"
 #include "model/hf_config.h"
 #include "model/parameter_layout.h"
 #include "model/safetensors_writer.h"
@@ -68,6 +71,33 @@ void remove_old_weights(const fs::path& dir) {
     if (entry.is_regular_file() && is_weights_file(entry.path().filename().string())) fs::remove(entry.path());
 }
 
+// One tensor of the file: a parameter as generated, or (FP8) a quantised weight's codes or block scales.
+enum class Stored { kValues, kFp8Codes, kFp8Scales };
+struct StoredTensor {
+  TensorRecord record;
+  size_t spec;  // index into the layout
+  Stored stored;
+};
+
+std::vector<StoredTensor> stored_tensors(const std::vector<ParameterSpec>& layout, const ModelConfig& config,
+                                         DType dtype) {
+  constexpr std::string_view kWeight = ".weight";
+  std::vector<StoredTensor> out;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const ParameterSpec& spec = layout[i];
+    const std::string module = spec.name.substr(0, spec.name.size() - kWeight.size());
+    if (spec.kind != ParameterKind::Matrix || !config.quantization.quantizes(module)) {
+      out.push_back({{spec.name, dtype, spec.shape}, i, Stored::kValues});
+      continue;
+    }
+    out.push_back({{spec.name, DType::F8_E4M3, spec.shape}, i, Stored::kFp8Codes});
+    out.push_back({{module + ".weight_scale_inv", DType::F32, {fp8_blocks(spec.shape[0]), fp8_blocks(spec.shape[1])}},
+                   i,
+                   Stored::kFp8Scales});
+  }
+  return out;
+}
+
 }  // namespace
 
 void write_random_checkpoint(const RandomCheckpointOptions& options, const fs::path& out_dir) {
@@ -75,6 +105,8 @@ void write_random_checkpoint(const RandomCheckpointOptions& options, const fs::p
   if (options.dtype != DType::F32 && options.dtype != DType::BF16)
     throw InvalidInput("random checkpoint: dtype must be float32 or bfloat16");
   config.torch_dtype = options.dtype;
+  if (options.quantization == WeightQuantization::Method::kFp8)
+    config.quantization.method = WeightQuantization::Method::kFp8;
   const std::vector<ParameterSpec> layout = parameter_layout(config);
   if (options.shards < 1 || static_cast<size_t>(options.shards) > layout.size())
     throw InvalidInput("random checkpoint: --shards must be in [1, " + std::to_string(layout.size()) + "], got " +
@@ -85,20 +117,32 @@ void write_random_checkpoint(const RandomCheckpointOptions& options, const fs::p
   write_text(out_dir / "config.json", normalised_config(options.config, config).dump(2) + "\n");
   write_text(out_dir / "generation_config.json", generation_config(config).dump(2) + "\n");
 
+  const std::vector<StoredTensor> tensors = stored_tensors(layout, config, options.dtype);
   std::vector<TensorRecord> records;
   std::vector<size_t> bytes;
-  for (const ParameterSpec& spec : layout) {
-    records.push_back({spec.name, options.dtype, spec.shape});
-    bytes.push_back(records.back().bytes());
+  for (const StoredTensor& t : tensors) {
+    records.push_back(t.record);
+    bytes.push_back(t.record.bytes());
   }
-  // Values are generated in BF16 (the dummy generator's format) and widened exactly when F32 is asked for.
+  // Values are generated in BF16 (the dummy generator's format) and widened exactly when F32 is asked for, or
+  // quantised; a weight's scales follow its codes, so the one quantisation serves both.
+  std::optional<std::pair<size_t, Fp8Matrix>> quantized;
   auto produce = [&](const std::vector<size_t>& members) {
     return [&, members](size_t index, std::vector<std::byte>& out) {
-      const ParameterSpec& spec = layout[members[index]];
-      const size_t numel = out.size() / dtype_size(options.dtype);
+      const StoredTensor& t = tensors[members[index]];
+      const ParameterSpec& spec = layout[t.spec];
+      const size_t numel = static_cast<size_t>(HostTensorView{nullptr, DType::BF16, spec.shape}.numel());
       std::vector<uint16_t> values(numel);
-      fill_dummy_bf16(spec, options.seed, options.scales, values.data());
-      if (options.dtype == DType::BF16) {
+      if (t.stored == Stored::kValues || !quantized || quantized->first != t.spec) {
+        fill_dummy_bf16(spec, options.seed, options.scales, values.data());
+        if (t.stored != Stored::kValues)
+          quantized.emplace(t.spec, quantize_fp8_blocks(HostTensorView{values.data(), DType::BF16, spec.shape}));
+      }
+      if (t.stored == Stored::kFp8Codes) {
+        std::memcpy(out.data(), quantized->second.codes.data(), out.size());
+      } else if (t.stored == Stored::kFp8Scales) {
+        std::memcpy(out.data(), quantized->second.scales.data(), out.size());
+      } else if (options.dtype == DType::BF16) {
         std::memcpy(out.data(), values.data(), out.size());
       } else {
         for (size_t i = 0; i < numel; ++i) {
@@ -111,7 +155,7 @@ void write_random_checkpoint(const RandomCheckpointOptions& options, const fs::p
   const std::map<std::string, std::string> metadata{{"format", "pt"}};
 
   if (options.shards == 1) {
-    std::vector<size_t> all(layout.size());
+    std::vector<size_t> all(tensors.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = i;
     write_safetensors(out_dir / "model.safetensors", records, produce(all), metadata);
   } else {

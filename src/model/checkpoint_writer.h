@@ -9,6 +9,7 @@
 
 #include "common/dtype.h"
 #include "model/dummy_values.h"
+#include "model/weight_quantization.h"
 
 namespace nanovllm {
 
@@ -17,6 +18,9 @@ struct RandomCheckpointOptions {
   uint64_t seed = 0;
   int shards = 1;             // 1: model.safetensors; K > 1: model-0000i-of-0000K + index
   DType dtype = DType::BF16;  // F32 or BF16 on disk; values are BF16-exact either way
+  // kFp8: the decoder layers' linear weights written in block-scaled FP8 (F8_E4M3 + F32 weight_scale_inv, and
+  // config.json's quantization_config), quantised from the same BF16 values; also when the config says fp8.
+  WeightQuantization::Method quantization = WeightQuantization::Method::kNone;
   DummyWeightScales scales;
   std::optional<std::filesystem::path> tokenizer_dir;  // copies tokenizer.json (+ tokenizer_config.json)
 };

@@ -223,6 +223,14 @@ ModelConfig ModelConfig::from_json(const json& config, const json* generation_co
     c.torch_dtype = dtype_from_torch_name(dtype->get<std::string>(), kConfigFile);
   }
 
+  if (const json* quantization = find_field(config, "quantization_config")) {
+    try {
+      c.quantization = WeightQuantization::from_json(*quantization);
+    } catch (const InvalidInput& e) {
+      fail(e.what());
+    }
+  }
+
   const json* gen_eos = generation_config ? find_field(*generation_config, "eos_token_id") : nullptr;
   if (gen_eos) {
     c.eos_token_ids = token_ids(*gen_eos, kGenerationConfigFile, "eos_token_id");
@@ -284,6 +292,7 @@ json ModelConfig::to_json() const {
   j["max_window_layers"] = num_hidden_layers;
   j["use_cache"] = true;
   j["torch_dtype"] = torch_dtype_name(torch_dtype);
+  if (quantization.fp8()) j["quantization_config"] = quantization.to_json();
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
   else if (!eos_token_ids.empty()) j["eos_token_id"] = eos_token_ids;
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;

@@ -10,6 +10,7 @@
 
 #include "common/dtype.h"
 #include "common/json_parse.h"  // read_json_file
+#include "model/weight_quantization.h"
 
 namespace nanovllm {
 
@@ -29,6 +30,7 @@ struct ModelConfig {
   bool attention_bias = false;  // q, k, v projections carry biases (always on Qwen2)
   bool qk_norm = false;         // per-head RMSNorm of q and k (Qwen3 yes, Qwen2 no)
   DType torch_dtype = DType::BF16;
+  WeightQuantization quantization;  // of the decoder layers' linear weights
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id;
 

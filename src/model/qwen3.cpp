@@ -3,12 +3,23 @@
 #include <cmath>
 #include <string>
 
+#include "common/fp8.h"
 #include "common/host_memory.h"
+#include "common/quoted.h"
+#include "model/fp8_block_quantizer.h"
 
 namespace nanovllm {
 
 namespace {
 std::string layer_name(int i, const char* rest) { return "model.layers." + std::to_string(i) + "." + rest; }
+
+constexpr std::string_view kWeightSuffix = ".weight";
+
+// "model.layers.0.mlp.up_proj.weight" -> "model.layers.0.mlp.up_proj".
+std::string module_of(const std::string& weight_name) {
+  return weight_name.ends_with(kWeightSuffix) ? weight_name.substr(0, weight_name.size() - kWeightSuffix.size())
+                                              : weight_name;
+}
 }  // namespace
 
 Tensor Qwen3Model::allocate(DType dtype, std::initializer_list<int64_t> shape) {
@@ -41,6 +52,7 @@ Tensor Qwen3Model::load(WeightSource& weights, const std::vector<Part>& parts, s
   size_t offset = 0;
   for (const Part& part : parts) {
     HostTensor src = weights.get_block(part.name, part.shape, part.rows, part.cols);
+    if (src.view.dtype == DType::F8_E4M3) throw InvalidInput(fp8_refusal(part.name));
     const int64_t n = src.view.numel();
     if (offset + static_cast<size_t>(n) * elem > t.bytes())
       throw EngineError("Qwen3Model: tensor '" + part.name + "' overflows its fused parameter");
@@ -56,6 +68,56 @@ Tensor Qwen3Model::load(WeightSource& weights, const std::vector<Part>& parts, s
   }
   weight_bytes_ += t.bytes();
   return t;
+}
+
+std::string Qwen3Model::fp8_refusal(const std::string& name) const {
+  const std::string tensor = "tensor " + quoted_text(name) + " is F8_E4M3, but ";
+  const bool decoder_linear = name.starts_with("model.layers.") && name.ends_with("_proj.weight");
+  if (!decoder_linear) return tensor + "only the decoder layers' linear weights may be FP8";
+  if (!config_.quantization.fp8()) return tensor + "config.json has no fp8 quantization_config";
+  return tensor + "quantization_config's modules_to_not_convert keeps it unquantised";
+}
+
+Qwen3Model::LinearWeight Qwen3Model::load_linear(WeightSource& weights, const std::vector<Part>& parts, int64_t rows,
+                                                 int64_t cols) {
+  size_t quantized = 0;
+  for (const Part& part : parts) quantized += config_.quantization.quantizes(module_of(part.name)) ? 1 : 0;
+  if (quantized == 0) return {load(weights, parts, {rows, cols}), Tensor{}};
+  if (quantized != parts.size())
+    throw InvalidInput("quantization_config's modules_to_not_convert lists only some of the linears fused with " +
+                       quoted_text(module_of(parts.front().name)) + "; list all of them or none");
+  return load_fp8_linear(weights, parts, rows, cols);
+}
+
+Qwen3Model::LinearWeight Qwen3Model::load_fp8_linear(WeightSource& weights, const std::vector<Part>& parts,
+                                                     int64_t rows, int64_t cols) {
+  LinearWeight w{allocate(DType::F8_E4M3, {rows, cols}), allocate(DType::F32, {fp8_blocks(rows), fp8_blocks(cols)})};
+  size_t code_offset = 0, scale_offset = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Part& part = parts[i];
+    // Fused parts stack their scale rows too, which only works when no scale block spans two parts.
+    if (i + 1 < parts.size() && part.rows.size() % kFp8BlockSize != 0)
+      throw InvalidInput("FP8 weight " + quoted_text(part.name) + " " + shape_to_string(part.shape) + ": its " +
+                         std::to_string(part.rows.size()) + " rows (of this rank) in a fused linear must be a " +
+                         "multiple of " + std::to_string(kFp8BlockSize) + ", so that no scale block spans two parts");
+    const Fp8HostBlock block = weights.get_fp8_block(module_of(part.name), part.shape, part.rows, part.cols);
+    const size_t code_bytes = block.weight.view.bytes(), scale_bytes = block.scale.view.bytes();
+    if (code_offset + code_bytes > w.weight.bytes() || scale_offset + scale_bytes > w.block_scale.bytes())
+      throw EngineError("Qwen3Model: tensor '" + part.name + "' overflows its fused parameter");
+    backend_.upload(block.weight.view.data, static_cast<char*>(w.weight.data) + code_offset, code_bytes);
+    backend_.upload(block.scale.view.data, static_cast<char*>(w.block_scale.data) + scale_offset, scale_bytes);
+    code_offset += code_bytes;
+    scale_offset += scale_bytes;
+  }
+  if (code_offset != w.weight.bytes() || scale_offset != w.block_scale.bytes())
+    throw EngineError("Qwen3Model: the parts of '" + parts.front().name + "' do not fill its FP8 weight");
+  weight_bytes_ += w.weight.bytes() + w.block_scale.bytes();
+  return w;
+}
+
+void Qwen3Model::linear(const Tensor& x, const LinearWeight& w, const Tensor& bias, Tensor& out) {
+  if (w.block_scale.empty()) return backend_.linear(x, w.weight, bias, out);
+  backend_.linear_fp8(x, w.weight, w.block_scale, bias, out);
 }
 
 // cos/sin of angle = pos * inv_freq, computed in fp32 steps as HF's Qwen3RotaryEmbedding does, so that
@@ -86,6 +148,9 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
     : config_(config), shard_(shard), comm_(comm), backend_(backend) {
   if (shard.sharded() != (comm != nullptr) || (comm && (comm->rank() != shard.rank || comm->size() != shard.size)))
     throw EngineError("Qwen3Model: the shard layout does not match the communicator");
+  // Refused before anything loads: a backend without FP8 GEMMs must never run these weights some other way.
+  if (config.quantization.fp8() && !backend.supports_fp8_weights())
+    throw InvalidInput("FP8 weights are not supported by the " + backend.name() + " backend yet");
   const int64_t H = config.hidden_size, I = config.intermediate_size, V = config.vocab_size;
   const int64_t d = config.head_dim, q = config.q_size(), kv = config.kv_size();
   // This rank's slices: query heads, KV heads, MLP columns, vocabulary rows.
@@ -101,11 +166,11 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
     Layer& L = layers_[i];
     L.input_norm = load(weights, {whole(layer_name(i, "input_layernorm.weight"), {H})}, {H});
     // Column-parallel: rows of q, k and v (and of their biases).
-    L.qkv = load(weights,
-                 {row_block(layer_name(i, "self_attn.q_proj.weight"), {q, H}, q_begin, q_local),
-                  row_block(layer_name(i, "self_attn.k_proj.weight"), {kv, H}, kv_begin, kv_local),
-                  row_block(layer_name(i, "self_attn.v_proj.weight"), {kv, H}, kv_begin, kv_local)},
-                 {qkv_local, H});
+    L.qkv = load_linear(weights,
+                        {row_block(layer_name(i, "self_attn.q_proj.weight"), {q, H}, q_begin, q_local),
+                         row_block(layer_name(i, "self_attn.k_proj.weight"), {kv, H}, kv_begin, kv_local),
+                         row_block(layer_name(i, "self_attn.v_proj.weight"), {kv, H}, kv_begin, kv_local)},
+                        qkv_local, H);
     if (config.attention_bias) {
       L.qkv_bias = load(weights,
                         {row_block(layer_name(i, "self_attn.q_proj.bias"), {q}, q_begin, q_local),
@@ -118,15 +183,15 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
       L.k_norm = load(weights, {whole(layer_name(i, "self_attn.k_norm.weight"), {d})}, {d});
     }
     // Row-parallel: the input columns that match this rank's heads.
-    L.o_proj =
-        load(weights, {column_block(layer_name(i, "self_attn.o_proj.weight"), {H, q}, q_begin, q_local)}, {H, q_local});
+    L.o_proj = load_linear(weights, {column_block(layer_name(i, "self_attn.o_proj.weight"), {H, q}, q_begin, q_local)},
+                           H, q_local);
     L.post_attention_norm = load(weights, {whole(layer_name(i, "post_attention_layernorm.weight"), {H})}, {H});
-    L.gate_up = load(weights,
-                     {row_block(layer_name(i, "mlp.gate_proj.weight"), {I, H}, i_begin, i_local),
-                      row_block(layer_name(i, "mlp.up_proj.weight"), {I, H}, i_begin, i_local)},
-                     {2 * i_local, H});
-    L.down_proj =
-        load(weights, {column_block(layer_name(i, "mlp.down_proj.weight"), {H, I}, i_begin, i_local)}, {H, i_local});
+    L.gate_up = load_linear(weights,
+                            {row_block(layer_name(i, "mlp.gate_proj.weight"), {I, H}, i_begin, i_local),
+                             row_block(layer_name(i, "mlp.up_proj.weight"), {I, H}, i_begin, i_local)},
+                            2 * i_local, H);
+    L.down_proj = load_linear(weights, {column_block(layer_name(i, "mlp.down_proj.weight"), {H, I}, i_begin, i_local)},
+                              H, i_local);
   }
   final_norm_ = load(weights, {whole("model.norm.weight", {H})}, {H});
   lm_head_ = config.tie_word_embeddings
@@ -178,15 +243,15 @@ void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cac
   b.rms_norm(residual, layers_[0].input_norm, eps, hidden);
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& L = layers_[i];
-    b.linear(hidden, L.qkv, L.qkv_bias, qkv);
+    linear(hidden, L.qkv, L.qkv_bias, qkv);
     b.qk_norm_rope_cache(qkv, L.q_norm, L.k_norm, eps, step.positions, rope_, step.slot_mapping, nh, nkv, d, cache[i],
                          q);
     b.paged_attention(q, cache[i], step.attention, nh, nkv, d, scale, attn);
-    b.linear(attn, L.o_proj, Tensor{}, delta);
+    linear(attn, L.o_proj, Tensor{}, delta);
     reduce_add_norm(delta, residual, L.post_attention_norm, hidden);
-    b.linear(hidden, L.gate_up, Tensor{}, gate_up);
+    linear(hidden, L.gate_up, Tensor{}, gate_up);
     b.silu_and_mul(gate_up, act);
-    b.linear(act, L.down_proj, Tensor{}, delta);
+    linear(act, L.down_proj, Tensor{}, delta);
     // The next layer's input norm, or the final norm after the last layer.
     reduce_add_norm(delta, residual, i + 1 < layers_.size() ? layers_[i + 1].input_norm : final_norm_, hidden);
   }

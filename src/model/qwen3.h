@@ -5,6 +5,8 @@
 // all-reduce after the vocabulary-parallel embedding, after o_proj and after down_proj (row-parallel), and
 // the lm_head's vocabulary chunks gathered to rank 0. The two per layer are fused with the residual add and
 // RMSNorm that follow them where the communicator can (reduce_add_norm).
+// With an FP8 quantization_config the decoder layers' linears hold F8_E4M3 weights and their 128 x 128 block
+// scales (Backend::linear_fp8); their fused parts and tensor-parallel cuts must fall on multiples of 128.
 #include <vector>
 
 #include "backend/backend.h"
@@ -50,12 +52,19 @@ class Qwen3Model {
   size_t weight_bytes() const { return weight_bytes_; }  // of this rank
 
  private:
+  // A linear's weight [N, K]: in compute_dtype(), or (config.json's quantization_config) F8_E4M3 with its
+  // block scales F32 [ceil(N / 128), ceil(K / 128)] for Backend::linear_fp8.
+  struct LinearWeight {
+    Tensor weight;
+    Tensor block_scale;  // empty unless FP8
+  };
   struct Layer {
     Tensor input_norm, post_attention_norm;
-    Tensor qkv, qkv_bias, q_norm, k_norm;  // qkv: [(nh + 2 nkv) d, H], rows q | k | v
-    Tensor o_proj;
-    Tensor gate_up;  // [2 I, H], rows gate | up
-    Tensor down_proj;
+    LinearWeight qkv;  // [(nh + 2 nkv) d, H], rows q | k | v
+    Tensor qkv_bias, q_norm, k_norm;
+    LinearWeight o_proj;
+    LinearWeight gate_up;  // [2 I, H], rows gate | up
+    LinearWeight down_proj;
   };
 
   // A block of one checkpoint tensor: its full shape and the rows × columns this rank holds.
@@ -75,6 +84,13 @@ class Qwen3Model {
   enum class Padding { kNone, kZeroRows };
   Tensor load(WeightSource& weights, const std::vector<Part>& parts, std::initializer_list<int64_t> shape,
               Padding padding = Padding::kNone);
+  // A linear's weight from the parts' ".weight" tensors: FP8 when the quantization covers their modules, each
+  // part with its block scales (the scales' rows concatenate like the weights'), else as load() does.
+  LinearWeight load_linear(WeightSource& weights, const std::vector<Part>& parts, int64_t rows, int64_t cols);
+  LinearWeight load_fp8_linear(WeightSource& weights, const std::vector<Part>& parts, int64_t rows, int64_t cols);
+  // The one-line refusal of an F8_E4M3 tensor where the model wants it in compute_dtype().
+  std::string fp8_refusal(const std::string& name) const;
+  void linear(const Tensor& x, const LinearWeight& w, const Tensor& bias, Tensor& out);
   void build_rope_table(int max_model_len);
   // The last forward's final hidden states of `rows`, in last_hidden_.
   Tensor last_hidden_rows(const Tensor& rows);

@@ -25,6 +25,7 @@ bool parse_dtype(const std::string& name, DType& out) {
   if (name == "F32") out = DType::F32;
   else if (name == "BF16") out = DType::BF16;
   else if (name == "F16") out = DType::F16;
+  else if (name == "F8_E4M3") out = DType::F8_E4M3;  // block-scaled FP8 linear weights
   else return false;
   return true;
 }
@@ -82,7 +83,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     Entry entry{DType::F32, {}, 0, 0};
     if (!parse_dtype(dtype_name, entry.dtype))
       throw InvalidInput(tensor + "has dtype " + quoted_text(dtype_name) +
-                         ", which is not supported (supported: F32, BF16, F16)");
+                         ", which is not supported (supported: F32, BF16, F16, F8_E4M3)");
     const json& shape = info["shape"];
     if (!shape.is_array()) throw InvalidInput(tensor + "has a malformed shape: " + quoted_json(shape));
     // The running product is checked at every step: [2^32, 2^32] must not wrap to 0.

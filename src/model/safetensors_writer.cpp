@@ -20,7 +20,7 @@ size_t write_safetensors(const std::filesystem::path& path, const std::vector<Te
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
   for (const TensorRecord& t : tensors) {
-    if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
+    if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16 && t.dtype != DType::F8_E4M3)
       throw EngineError("write_safetensors: tensor '" + t.name + "' has dtype " + dtype_name(t.dtype));
     if (header.contains(t.name)) throw EngineError("write_safetensors: tensor '" + t.name + "' given twice");
     header[t.name] = {

@@ -15,7 +15,7 @@ namespace nanovllm {
 
 struct TensorRecord {
   std::string name;
-  DType dtype;  // F32, BF16 or F16
+  DType dtype;  // F32, BF16, F16 or F8_E4M3
   std::vector<int64_t> shape;
   size_t bytes() const;
 };

@@ -1,11 +1,15 @@
 #include "model/weight_source.h"
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <utility>
 
 #include "common/error.h"
+#include "common/half_float.h"
+#include "common/quoted.h"
 #include "model/finite_check.h"
+#include "model/fp8_quantizing_weights.h"
 
 namespace nanovllm {
 namespace {
@@ -79,6 +83,46 @@ HostTensor WeightSource::get_block(const std::string& name, const std::vector<in
   return out;
 }
 
+Fp8HostBlock WeightSource::get_fp8_block(const std::string& module, const std::vector<int64_t>& shape, IndexRange rows,
+                                         IndexRange cols) {
+  const std::string weight_name = module + ".weight", scale_name = module + ".weight_scale_inv";
+  const Fp8ScaleRanges blocks = fp8_scale_ranges(weight_name, shape, rows, cols);
+  Fp8HostBlock out;
+  out.weight = get_block(weight_name, shape, rows, cols);
+  if (out.weight.view.dtype != DType::F8_E4M3)
+    throw InvalidInput("tensor " + quoted_text(weight_name) + " is " + dtype_name(out.weight.view.dtype) +
+                       ", but config.json's quantization_config (fp8) makes it an F8_E4M3 weight");
+  if (!contains(scale_name))
+    throw InvalidInput("tensor " + quoted_text(weight_name) + " is F8_E4M3 but its scale " + quoted_text(scale_name) +
+                       " is missing");
+  const HostTensor scale =
+      get_block(scale_name, {fp8_blocks(shape[0]), fp8_blocks(shape[1])}, blocks.rows, blocks.cols);
+  const DType dtype = scale.view.dtype;
+  if (dtype != DType::F32 && dtype != DType::BF16)
+    throw InvalidInput("tensor " + quoted_text(scale_name) + " is " + dtype_name(dtype) +
+                       ", expected F32 or BF16 block scales");
+  auto scales = std::make_shared<std::vector<float>>(static_cast<size_t>(scale.view.numel()));
+  const auto* bytes = static_cast<const std::byte*>(scale.view.data);
+  for (size_t i = 0; i < scales->size(); ++i) {
+    float value = 0.0f;
+    if (dtype == DType::F32) {
+      std::memcpy(&value, bytes + 4 * i, sizeof value);
+    } else {
+      uint16_t bits = 0;
+      std::memcpy(&bits, bytes + 2 * i, sizeof bits);
+      value = bf16_to_float(bits);
+    }
+    // A zero, negative or non-finite scale would silently zero, flip or poison a whole block of weights.
+    if (!(std::isfinite(value) && value > 0.0f))
+      throw InvalidInput("tensor " + quoted_text(scale_name) + " holds the scale " + std::to_string(value) +
+                         " at element " + std::to_string(i) + " of this block; scales must be finite and positive");
+    (*scales)[i] = value;
+  }
+  out.scale.view = HostTensorView{scales->data(), DType::F32, scale.view.shape};
+  out.scale.owned = scales;
+  return out;
+}
+
 std::unique_ptr<CheckpointWeights> CheckpointWeights::open(const std::filesystem::path& dir) {
   return std::make_unique<CheckpointWeights>(CheckpointReader::open(dir));
 }
@@ -125,9 +169,12 @@ HostTensor DummyWeights::get(const std::string& name, const std::vector<int64_t>
 }
 
 std::unique_ptr<WeightSource> open_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
-                                           bool dummy, uint64_t seed) {
-  if (dummy) return std::make_unique<DummyWeights>(config, seed);
-  return CheckpointWeights::open(model_dir);
+                                           bool dummy, uint64_t seed, bool quantize_fp8) {
+  std::unique_ptr<WeightSource> source;
+  if (dummy) source = std::make_unique<DummyWeights>(config, seed);
+  else source = CheckpointWeights::open(model_dir);
+  if (quantize_fp8) return std::make_unique<Fp8QuantizingWeights>(std::move(source));
+  return source;
 }
 
 }  // namespace nanovllm

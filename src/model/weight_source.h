@@ -9,26 +9,12 @@
 #include <vector>
 
 #include "model/dummy_values.h"
+#include "model/fp8_weight_block.h"
 #include "model/hf_config.h"
 #include "model/parameter_layout.h"
 #include "model/safetensors.h"
 
 namespace nanovllm {
-
-// A parameter's host bytes, aligned to the element size. `owned` is set when the data was generated or
-// copied (the view points into it); for mapped data it is empty and the view lives as long as the
-// WeightSource.
-struct HostTensor {
-  HostTensorView view;
-  std::shared_ptr<void> owned;
-};
-
-// Half-open index range [begin, end).
-struct IndexRange {
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t size() const { return end - begin; }
-};
 
 class WeightSource {
  public:
@@ -43,6 +29,13 @@ class WeightSource {
   // blocks of a stored tensor are views into it; column blocks are copied.
   virtual HostTensor get_block(const std::string& name, const std::vector<int64_t>& expected_shape, IndexRange rows,
                                IndexRange cols);
+  // The block rows x cols of the FP8 linear `module` whose weight is [N, K] = shape: `module`.weight as stored
+  // (F8_E4M3) and the blocks of `module`.weight_scale_inv (F32 or BF16, [ceil(N / 128), ceil(K / 128)]) it
+  // covers, as F32. Throws InvalidInput naming the tensor for a weight that is not F8_E4M3, a missing scale, a
+  // scale of the wrong shape or dtype, one that is not finite and positive, or a block that cuts scale blocks
+  // (see fp8_scale_ranges).
+  virtual Fp8HostBlock get_fp8_block(const std::string& module, const std::vector<int64_t>& shape, IndexRange rows,
+                                     IndexRange cols);
 };
 
 // The tensors of a checkpoint folder, as stored (F32, BF16 or F16), memory-mapped.
@@ -81,8 +74,9 @@ class DummyWeights : public WeightSource {
 };
 
 // The engine's choice: DummyWeights(config, seed) when `dummy` (vLLM's load_format=dummy), else the
-// checkpoint in model_dir.
+// checkpoint in model_dir; its linear weights quantised to FP8 as they load when `quantize_fp8`
+// (Fp8QuantizingWeights; see apply_quantization_setting).
 std::unique_ptr<WeightSource> open_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
-                                           bool dummy, uint64_t seed);
+                                           bool dummy, uint64_t seed, bool quantize_fp8 = false);
 
 }  // namespace nanovllm

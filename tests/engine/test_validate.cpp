@@ -167,6 +167,12 @@ TEST(EngineConfigValidate, BlockSize) {
   }
 }
 
+TEST(EngineConfigValidate, Quantization) {
+  for (const char* good : {"", "none", "fp8"})
+    EXPECT_NO_THROW(engine([&](auto& c) { c.quantization = good; }).validate()) << good;
+  expect_invalid(engine([](auto& c) { c.quantization = "awq"; }), {"quantization must be none or fp8, got \"awq\""});
+}
+
 TEST(EngineConfigValidate, CpuKvcacheSpace) {
   expect_invalid(engine([](auto& c) { c.cpu_kvcache_space_gib = 0.0; }), {"cpu_kvcache_space_gib", "got 0"});
   expect_invalid(engine([](auto& c) { c.cpu_kvcache_space_gib = -1.5; }), {"cpu_kvcache_space_gib", "got -1.5"});

@@ -20,6 +20,14 @@ cmp "$work/a/model.safetensors.index.json" "$work/c/model.safetensors.index.json
 "$tool" --config "$configs/golden_tied_gqa2.json" --out "$work/f32" --seed 7 --dtype float32
 grep -q '"torch_dtype": "float32"' "$work/f32/config.json"
 
+"$tool" --config "$configs/demo_qwen3.json" --out "$work/fp8" --seed 7 --quantization fp8
+grep -q '"quant_method": "fp8"' "$work/fp8/config.json"
+grep -qa '"model.layers.0.self_attn.q_proj.weight_scale_inv"' "$work/fp8/model.safetensors"
+if "$tool" --config "$configs/demo_qwen3.json" --out "$work/int4" --seed 7 --quantization awq 2>/dev/null; then
+  echo "FAIL: --quantization awq was accepted" >&2
+  exit 1
+fi
+
 echo '{"architectures": ["LlamaForCausalLM"], "vocab_size": 10}' >"$work/bad.json"
 if "$tool" --config "$work/bad.json" --out "$work/bad" --seed 1 2>"$work/err"; then
   echo "FAIL: an unsupported architecture was accepted" >&2

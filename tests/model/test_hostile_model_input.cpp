@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/half_float.h"
+#include "model/fp8_quantizing_weights.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
 #include "model/weight_source.h"
@@ -223,6 +224,118 @@ TEST(HostileWeights, NonFiniteValuesAreRefusedAtLoadNamingTheTensor) {
         load_odd_header_tensor(dir, bf16_bytes({std::numeric_limits<float>::infinity(), 0, 0}));
       },
       {"tensor 'w' holds a non-finite value", "element 0"});
+}
+
+json with_quantization(const json& quantization_config) {
+  json j = tiny_config();
+  j["quantization_config"] = quantization_config;
+  return j;
+}
+
+json qwen_fp8() {
+  return json{
+      {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+}
+
+TEST(HostileFp8Config, WhatIsNotQwensFp8IsRefusedNamingTheValue) {
+  const auto refused = [](const json& quantization_config, std::initializer_list<std::string> parts) {
+    expect_invalid([&] { ModelConfig::from_json(with_quantization(quantization_config), nullptr); }, parts);
+  };
+  json q = qwen_fp8();
+  q["quant_method"] = "awq";
+  refused(q, {"config.json: quantization_config: quantization method 'awq' is not supported (supported: fp8)"});
+  q["quant_method"] = "gptq";
+  refused(q, {"quantization method 'gptq' is not supported (supported: fp8)"});
+  q = qwen_fp8();
+  q.erase("quant_method");
+  refused(q, {"field 'quant_method' is missing"});
+  q = qwen_fp8();
+  q["fmt"] = "e5m2";
+  refused(q, {"quantization_config: fmt 'e5m2' is not supported (supported: e4m3)"});
+  q = qwen_fp8();
+  q["activation_scheme"] = "static";
+  refused(q, {"activation_scheme 'static' is not supported (supported: dynamic)"});
+  q = qwen_fp8();
+  q["weight_block_size"] = {64, 64};
+  refused(q, {"weight_block_size [64,64] is not supported (supported: [128, 128])"});
+  q.erase("weight_block_size");
+  refused(q, {"weight_block_size is missing: per-tensor FP8 scales are not supported"});
+  q = qwen_fp8();
+  q["modules_to_not_convert"] = "lm_head";
+  refused(q, {"field 'modules_to_not_convert' must be a list of module names"});
+  refused(json("fp8"), {"quantization_config: must be an object, got \"fp8\""});
+  EXPECT_TRUE(ModelConfig::from_json(with_quantization(qwen_fp8()), nullptr).quantization.fp8());
+}
+
+// A checkpoint folder with the F8_E4M3 weight "m.weight" [2, 3] (codes of 1.0) and, when `scale_entry` is not
+// empty, "m.weight_scale_inv" with that header entry (data_offsets [6, 6 + scale bytes]) and bytes.
+void write_fp8_checkpoint(const TempDir& dir, const std::string& scale_entry, const std::string& scale_bytes) {
+  std::string header = R"({"m.weight":{"dtype":"F8_E4M3","shape":[2,3],"data_offsets":[0,6]})";
+  if (!scale_entry.empty()) header += R"(,"m.weight_scale_inv":)" + scale_entry;
+  write_file(dir / "model.safetensors", safetensors_file(header + "}", std::string(6, '\x38') + scale_bytes));
+}
+
+std::string f32_bytes(float value) { return std::string(reinterpret_cast<const char*>(&value), 4); }
+
+void expect_fp8_block_invalid(const std::string& scale_entry, const std::string& scale_bytes,
+                              std::initializer_list<std::string> parts) {
+  TempDir dir;
+  write_fp8_checkpoint(dir, scale_entry, scale_bytes);
+  const auto weights = CheckpointWeights::open(dir.path());
+  expect_invalid([&] { weights->get_fp8_block("m", {2, 3}, {0, 2}, {0, 3}); }, parts);
+}
+
+TEST(HostileFp8Weights, BadScalesAreRefusedNamingTheTensor) {
+  const std::string f32_entry = R"({"dtype":"F32","shape":[1,1],"data_offsets":[6,10]})";
+  {
+    TempDir dir;
+    write_fp8_checkpoint(dir, f32_entry, f32_bytes(0.5f));
+    const Fp8HostBlock block = CheckpointWeights::open(dir.path())->get_fp8_block("m", {2, 3}, {0, 2}, {0, 3});
+    EXPECT_EQ(*static_cast<const float*>(block.scale.view.data), 0.5f);
+  }
+  expect_fp8_block_invalid("", "", {"tensor 'm.weight' is F8_E4M3 but its scale 'm.weight_scale_inv' is missing"});
+  expect_fp8_block_invalid(R"({"dtype":"F32","shape":[1,2],"data_offsets":[6,14]})", f32_bytes(1) + f32_bytes(1),
+                           {"tensor 'm.weight_scale_inv' has shape [1, 2], expected [1, 1]"});
+  expect_fp8_block_invalid(R"({"dtype":"F16","shape":[1,1],"data_offsets":[6,8]})", std::string("\x00\x3c", 2),
+                           {"tensor 'm.weight_scale_inv' is F16, expected F32 or BF16 block scales"});
+  expect_fp8_block_invalid(
+      f32_entry, f32_bytes(0.0f),
+      {"tensor 'm.weight_scale_inv' holds the scale 0.000000 at element 0", "scales must be finite and positive"});
+  expect_fp8_block_invalid(f32_entry, f32_bytes(-2.0f), {"holds the scale -2.000000"});
+  expect_fp8_block_invalid(f32_entry, f32_bytes(std::numeric_limits<float>::infinity()),
+                           {"tensor 'm.weight_scale_inv' holds a non-finite value"});
+  expect_fp8_block_invalid(R"({"dtype":"BF16","shape":[1,1],"data_offsets":[6,8]})", bf16_bytes({std::nanf("")}),
+                           {"tensor 'm.weight_scale_inv' holds a non-finite value"});
+}
+
+TEST(HostileFp8Weights, BlocksThatCutScaleBlocksAndWrongDtypesAreRefused) {
+  TempDir dir;
+  write_file(dir / "model.safetensors",
+             safetensors_file(R"({"w.weight":{"dtype":"BF16","shape":[200,3],"data_offsets":[0,1200]}})",
+                              bf16_bytes({}) + std::string(1200, '\x01')));
+  const auto weights = CheckpointWeights::open(dir.path());
+  expect_invalid(
+      [&] {
+        weights->get_fp8_block("w", {200, 3}, {0, 200}, {0, 3});
+      },
+      {"tensor 'w.weight' is BF16, but config.json's quantization_config (fp8) makes it an F8_E4M3 weight"});
+  expect_invalid(
+      [&] {
+        weights->get_fp8_block("w", {200, 3}, {0, 100}, {0, 3});
+      },
+      {"FP8 weight 'w.weight' [200, 3]: the block of rows [0, 100) x columns [0, 3) cuts its 128 x 128 "
+       "scale blocks"});
+  Fp8QuantizingWeights quantizing(CheckpointWeights::open(dir.path()));
+  EXPECT_EQ(quantizing.get_fp8_block("w", {200, 3}, {128, 200}, {0, 3}).scale.view.shape, (std::vector<int64_t>{1, 1}));
+  expect_invalid([&] { quantizing.get_fp8_block("w", {200, 3}, {100, 200}, {0, 3}); }, {"cuts its 128 x 128"});
+  TempDir fp8;
+  write_fp8_checkpoint(fp8, "", "");
+  Fp8QuantizingWeights requantizing(CheckpointWeights::open(fp8.path()));
+  expect_invalid(
+      [&] {
+        requantizing.get_fp8_block("m", {2, 3}, {0, 2}, {0, 3});
+      },
+      {"tensor 'm.weight' is F8_E4M3, but config.json has no fp8 quantization_config"});
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ import pytest
 import nanovllm
 from conftest import ENGINE_KWARGS
 from nanovllm import LLM, CompletionOutput, Logprob, RequestOutput, SamplingParams, _core
+from conftest import ENGINE_KWARGS
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6)
 
@@ -211,3 +212,14 @@ def test_progress_bar_without_tqdm_is_the_engines(model_dir):
     os.close(main)
     assert re.search(rb"Generating \[#+\] 1/1 requests \[[0-9:]+<[0-9:?]+\], prefill \d+ tok/s, decode \d+ tok/s", err), err
     assert re.search(rb"1 requests in [0-9.]+ s: .* prefix-cache hit rate (n/a|[0-9.]+%), 0 preemptions", err), err
+
+
+def test_quantization_fp8_quantises_at_load(model_dir, llm):
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    exact = llm.generate(["The sky was"], params, use_tqdm=False)[0]
+    with LLM(model_dir, quantization="fp8", **ENGINE_KWARGS) as fp8:
+        quantized = fp8.generate(["The sky was"], params, use_tqdm=False)[0]
+    assert len(quantized.outputs[0].token_ids) == 8
+    with LLM(model_dir, quantization=None, **ENGINE_KWARGS) as plain:
+        assert plain.generate(["The sky was"], params, use_tqdm=False)[0].outputs[0].token_ids == \
+            exact.outputs[0].token_ids

@@ -18,6 +18,7 @@ def test_unknown_keyword_is_a_type_error_naming_it(model_dir):
     ({"device": "tpu"}, "device must be one of auto, cpu, cuda"),
     ({"load_format": "pt"}, "load_format must be 'auto' or 'dummy'"),
     ({"kv_cache_dtype": "fp8_e5m2"}, "kv_cache_dtype must be auto, fp8 or fp8_e4m3"),
+    ({"quantization": "awq"}, "quantization must be none or fp8, got 'awq'"),
 ])
 def test_bad_setting_is_a_value_error(model_dir, kwargs, message):
     with pytest.raises(ValueError, match=message):

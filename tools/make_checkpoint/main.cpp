@@ -13,7 +13,7 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "Write a random-weight Qwen2/Qwen3 checkpoint folder (config.json, generation_config.json, safetensors)"};
-  std::string config_path, out_dir, dtype = "bfloat16", tokenizer_dir;
+  std::string config_path, out_dir, dtype = "bfloat16", tokenizer_dir, quantization = "none";
   uint64_t seed = 0;
   int shards = 1;
   app.add_option("--config", config_path, "config.json to build the model from")->required()->check(CLI::ExistingFile);
@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   app.add_option("--shards", shards, "number of safetensors shards (1 = model.safetensors)")
       ->check(CLI::PositiveNumber);
   app.add_option("--dtype", dtype, "dtype on disk")->check(CLI::IsMember({"float32", "bfloat16"}));
+  app.add_option("--quantization", quantization,
+                 "fp8: the decoder layers' linear weights in block-scaled FP8 (F8_E4M3 + weight_scale_inv)")
+      ->check(CLI::IsMember({"none", "fp8"}));
   app.add_option("--tokenizer-dir", tokenizer_dir, "folder whose tokenizer.json / tokenizer_config.json are copied")
       ->check(CLI::ExistingDirectory);
   CLI11_PARSE(app, argc, argv);
@@ -32,6 +35,7 @@ int main(int argc, char** argv) {
     options.seed = seed;
     options.shards = shards;
     options.dtype = nanovllm::dtype_from_torch_name(dtype, "--dtype");
+    if (quantization == "fp8") options.quantization = nanovllm::WeightQuantization::Method::kFp8;
     if (!tokenizer_dir.empty()) options.tokenizer_dir = tokenizer_dir;
     nanovllm::write_random_checkpoint(options, out_dir);
   } catch (const std::exception& e) {

@@ -32,6 +32,9 @@ class CpuBackend final : public Backend {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
   void add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) override;
+  void linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
+                  Tensor& out) override;
+  bool supports_fp8_weights() const override { return true; }
   void qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
                           const Tensor& positions, const Tensor& rope, const Tensor& slot_mapping, int num_heads,
                           int num_kv_heads, int head_dim, KvCacheLayer& cache, Tensor& q_out) override;
