@@ -92,6 +92,7 @@ Qwen3Model::LinearWeight Qwen3Model::load_linear(WeightSource& weights, const st
 Qwen3Model::LinearWeight Qwen3Model::load_fp8_linear(WeightSource& weights, const std::vector<Part>& parts,
                                                      int64_t rows, int64_t cols) {
   LinearWeight w{allocate(DType::F8_E4M3, {rows, cols}), allocate(DType::F32, {fp8_blocks(rows), fp8_blocks(cols)})};
+  backend_.reserve_fp8_linear(rows, cols);
   size_t code_offset = 0, scale_offset = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     const Part& part = parts[i];

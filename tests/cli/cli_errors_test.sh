@@ -45,7 +45,7 @@ cp -r "$work/m" "$work/gen" && echo '{"temperature": "hot"}' >"$work/gen/generat
 check bad_generation_config_field 1 "generation_config.json: field 'temperature' must be a number" \
   "${gen[@]}" --model "$work/gen" x
 check missing_input 1 "cannot open input file" "${gen[@]}" --model "$work/m" --input "$work/nope.jsonl"
-check bad_quantization 1 "quantization must be none or fp8, got \"awq\"" \
+check bad_quantization 1 "quantization must be none or fp8, got 'awq'" \
   "${gen[@]}" --model "$work/m" --quantization awq x
 check fp8_unsplittable_qkv 1 "FP8 weight 'model.layers.0.self_attn.k_proj.weight' \[64, 128\]: its 64 rows" \
   "${gen[@]}" --model "$work/m" --quantization fp8 x

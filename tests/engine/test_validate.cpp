@@ -170,7 +170,7 @@ TEST(EngineConfigValidate, BlockSize) {
 TEST(EngineConfigValidate, Quantization) {
   for (const char* good : {"", "none", "fp8"})
     EXPECT_NO_THROW(engine([&](auto& c) { c.quantization = good; }).validate()) << good;
-  expect_invalid(engine([](auto& c) { c.quantization = "awq"; }), {"quantization must be none or fp8, got \"awq\""});
+  expect_invalid(engine([](auto& c) { c.quantization = "awq"; }), {"quantization must be none or fp8, got 'awq'"});
 }
 
 TEST(EngineConfigValidate, CpuKvcacheSpace) {

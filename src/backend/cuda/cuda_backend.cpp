@@ -12,6 +12,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
 #include "common/half_float.h"
 
@@ -286,6 +287,51 @@ void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bi
   require(aligned16(x.data) && aligned16(weight.data) && aligned16(out.data) && aligned16(bias.data), "linear",
           "operands must be 16-byte aligned");
   gemm_->run(bf16(x), bf16(weight), bias.empty() ? nullptr : bf16(bias), out.data, out.dtype, static_cast<int>(m),
+             static_cast<int>(n), static_cast<int>(k), stream_);
+}
+
+void CudaBackend::reserve_fp8_linear(int64_t n, int64_t k) {
+  const size_t bytes = static_cast<size_t>(n) * static_cast<size_t>(k) * sizeof(__nv_bfloat16);
+  if (bytes > fp8_weight_scratch_.bytes()) fp8_weight_scratch_ = allocate(bytes);
+}
+
+void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
+                             Tensor& out) {
+  make_current();
+  const char* op = "linear_fp8";
+  require_dtype(x, DType::BF16, op, "x");
+  require_dtype(weight, DType::F8_E4M3, op, "weight");
+  require_dtype(block_scale, DType::F32, op, "block_scale");
+  require(out.dtype == DType::BF16 || out.dtype == DType::F32, op, "out must be BF16 or F32");
+  const int64_t k = x.dim(-1), m = x.numel() / std::max<int64_t>(k, 1), n = weight.dim(0);
+  const auto blocks = [](int64_t v) { return (v + 127) / 128; };
+  require(weight.ndim == 2 && weight.dim(1) == k && out.numel() == m * n && block_scale.ndim == 2 &&
+              block_scale.dim(0) == blocks(n) && block_scale.dim(1) == blocks(k),
+          op,
+          "shapes x " + x.shape_string() + ", weight " + weight.shape_string() + ", block_scale " +
+              block_scale.shape_string() + ", out " + out.shape_string());
+  require(bias.empty() || (bias.dtype == DType::BF16 && bias.numel() == n), op,
+          "bias " + bias.shape_string() + " must be BF16 [" + std::to_string(n) + "]");
+  require(k % 8 == 0, op, "K must be a multiple of 8");
+  require(aligned16(x.data) && aligned16(weight.data) && aligned16(out.data) && aligned16(bias.data), op,
+          "operands must be 16-byte aligned");
+  cuda::GemvArgs gemv;
+  gemv.x = bf16(x);
+  gemv.weight_fp8 = weight.as<uint8_t>();
+  gemv.block_scale = block_scale.as<float>();
+  gemv.bias = bias.empty() ? nullptr : bf16(bias);
+  gemv.out = out.data;
+  gemv.out_dtype = out.dtype;
+  gemv.tokens = static_cast<int>(m);
+  gemv.n = static_cast<int>(n);
+  gemv.k = static_cast<int>(k);
+  if (cuda::gemv_supports(gemv)) return cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
+  require(fp8_weight_scratch_.bytes() >= weight.numel() * sizeof(__nv_bfloat16), op,
+          "weight " + weight.shape_string() + " was not reserved (reserve_fp8_linear)");
+  auto* dequantised = static_cast<__nv_bfloat16*>(fp8_weight_scratch_.data());
+  cuda::launch_dequantize_fp8_weight(weight.as<uint8_t>(), block_scale.as<float>(), dequantised, static_cast<int>(n),
+                                     static_cast<int>(k), stream_);
+  gemm_->run(bf16(x), dequantised, bias.empty() ? nullptr : bf16(bias), out.data, out.dtype, static_cast<int>(m),
              static_cast<int>(n), static_cast<int>(k), stream_);
 }
 

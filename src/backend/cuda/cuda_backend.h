@@ -1,8 +1,8 @@
 #pragma once
-// The bf16 CUDA backend: every op of backend.h on one CUDA stream of one device. Activations, weights and the
-// KV cache are bf16, math is fp32; logits are fp32. reserve() allocates every workspace once (attention's
-// split-KV partials, the sampler's scratch; the cuBLASLt workspace comes with the constructor), so no op
-// allocates and any sequence of ops can be captured into a CUDA graph and replayed.
+// The bf16 CUDA backend: every op of backend.h on one CUDA stream of one device. Activations and weights are
+// bf16 (linear weights may be block-scaled FP8), the KV cache bf16 or FP8, math is fp32; logits are fp32. reserve()
+// allocates every workspace once (attention's split-KV partials, the sampler's scratch; the cuBLASLt workspace comes
+// with the constructor), so no op allocates and any sequence of ops can be captured into a CUDA graph and replayed.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -55,6 +55,12 @@ class CudaBackend final : public Backend {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
   void add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) override;
+  // Up to 16 rows: the GEMV reads the FP8 codes directly. More: the weight is dequantised to bf16 into a
+  // scratch buffer (sized by reserve_fp8_linear) and multiplied by cuBLASLt.
+  void linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
+                  Tensor& out) override;
+  bool supports_fp8_weights() const override { return true; }
+  void reserve_fp8_linear(int64_t n, int64_t k) override;
   void qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
                           const Tensor& positions, const Tensor& rope, const Tensor& slot_mapping, int num_heads,
                           int num_kv_heads, int head_dim, KvCacheLayer& cache, Tensor& q_out) override;
@@ -103,6 +109,7 @@ class CudaBackend final : public Backend {
   bool reserved_ = false;
   Buffer attention_workspace_;
   Buffer sampler_workspace_;
+  Buffer fp8_weight_scratch_;  // bf16, the largest FP8 weight reserved
 };
 
 }  // namespace nanovllm

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8_vec.cuh"
 #include "backend/cuda/gemv.h"
 
 namespace nanovllm::cuda {
@@ -17,6 +19,7 @@ constexpr int kRowsPerGroup = 8;        // the mma's N: one weight row per lane 
 constexpr int kStepK = 32;              // k per step: 4 lanes × 8 bf16
 constexpr int kMaxWarps = 16;           // warps of a CTA split K
 constexpr int kWeightLoadsPerLane = 8;  // 16-byte W loads a lane issues before its first mma of a round
+constexpr int kFp8Block = 128;          // FP8 weights: rows and columns per scale
 
 // Predicated 16-byte loads (zeros when !pred) in one asm, so the compiler can neither speculate the load
 // nor turn the predicate into a branch. W is streamed (read once, never written: the non-coherent path and
@@ -68,14 +71,44 @@ __device__ __forceinline__ void store_output(__nv_bfloat16* out, int64_t i, floa
   out[i] = __float2bfloat16_rn(v);
 }
 
+// Eight FP8 codes (8 bytes) as the four bf16 pairs a 16-byte bf16 load would give: exact, E4M3 fits bf16.
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 codes) {
+  float f[8];
+  fp8x8_to_float(codes, f);
+  uint4 v;
+  uint32_t* w = &v.x;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    w[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return v;
+}
+
+__device__ __forceinline__ uint2 load_fp8_weight_or_zero(const uint8_t* p, bool pred) {
+  uint2 v;
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
+      "@p ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n\t}"
+      : "=r"(v.x), "=r"(v.y)
+      : "l"(p), "r"(static_cast<int>(pred)));
+  return v;
+}
+
 // kTokenHalves: 1 for tokens <= 8 (A rows 8..15 are zero), 2 for tokens <= 16.
 // kRowGroups: groups of 8 weight rows per warp, all multiplied by the same x registers.
 // A CTA owns rows [blockIdx.x * 8 kRowGroups, +8 kRowGroups); its warps take interleaved runs of kUnroll
 // consecutive 32-wide k steps, then reduce their partial tiles through shared memory.
-template <int kTokenHalves, int kRowGroups, typename OutT>
+// kFp8: the weight is FP8 codes (8 bytes a lane and step) with 128 x 128 block scales. A CTA's at most 32 rows
+// lie in one row block and a 32-wide step in one column block, so each step's product is taken unscaled (the
+// codes are exact in bf16) and added to the accumulators times that block's scale.
+template <int kTokenHalves, int kRowGroups, typename OutT, bool kFp8 = false>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
-    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ weight,
-                const __nv_bfloat16* __restrict__ bias, OutT* __restrict__ out, int tokens, int n, int k) {
+    gemv_kernel(const __nv_bfloat16* __restrict__ x, const void* __restrict__ weight_any,
+                const float* __restrict__ block_scale, const __nv_bfloat16* __restrict__ bias, OutT* __restrict__ out,
+                int tokens, int n, int k) {
+  static_assert(kFp8Block % (kRowsPerGroup * 4) == 0 && kFp8Block % kStepK == 0, "blocks hold whole CTAs/steps");
+  const __nv_bfloat16* weight = static_cast<const __nv_bfloat16*>(weight_any);
+  const uint8_t* weight_fp8 = static_cast<const uint8_t*>(weight_any);
   constexpr int kUnroll = std::max(2, kWeightLoadsPerLane / kRowGroups);
   constexpr int kTileFloats = kRowGroups * 32 * 4;  // one warp's C fragments
   __shared__ float4 partial[kMaxWarps][kRowGroups][32];
@@ -86,9 +119,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const int steps = (k + kStepK - 1) / kStepK;
 
   // Rows past n read the last real row: their outputs are never stored, and the load stays in bounds.
-  const __nv_bfloat16* w_row[kRowGroups];
+  int64_t w_row[kRowGroups];  // element offsets
 #pragma unroll
-  for (int r = 0; r < kRowGroups; ++r) w_row[r] = weight + static_cast<int64_t>(min(row0 + r * 8 + g, n - 1)) * k;
+  for (int r = 0; r < kRowGroups; ++r) w_row[r] = static_cast<int64_t>(min(row0 + r * 8 + g, n - 1)) * k;
+  const float* scale_row =
+      kFp8 ? block_scale + static_cast<int64_t>(row0 / kFp8Block) * ((k + kFp8Block - 1) / kFp8Block) : nullptr;
   const __nv_bfloat16* x_row[kTokenHalves];
   bool x_live[kTokenHalves];
 #pragma unroll
@@ -103,13 +138,21 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   for (int r = 0; r < kRowGroups; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
 
   for (int round = 0; round < steps; round += warps * kUnroll) {
-    uint4 wv[kUnroll][kRowGroups], xv[kUnroll][kTokenHalves];
+    using WeightRaw = std::conditional_t<kFp8, uint2, uint4>;
+    WeightRaw wv[kUnroll][kRowGroups];
+    uint4 xv[kUnroll][kTokenHalves];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int kk = (round + warp * kUnroll + u) * kStepK + 8 * c;
       const bool live = kk < k;  // k % 8 == 0: a lane's 8-wide chunk is all in or all out
 #pragma unroll
-      for (int r = 0; r < kRowGroups; ++r) wv[u][r] = load_weight_or_zero(w_row[r] + kk, live);
+      for (int r = 0; r < kRowGroups; ++r) {
+        if constexpr (kFp8) {
+          wv[u][r] = load_fp8_weight_or_zero(weight_fp8 + w_row[r] + kk, live);
+        } else {
+          wv[u][r] = load_weight_or_zero(weight + w_row[r] + kk, live);
+        }
+      }
     }
     if (round == 0) wait_for_previous_grid();  // everything below may read the previous kernel's output
 #pragma unroll
@@ -123,11 +166,23 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     for (int u = 0; u < kUnroll; ++u) {
       const uint4 lo = xv[u][0];
       const uint4 hi = kTokenHalves > 1 ? xv[u][kTokenHalves - 1] : make_uint4(0, 0, 0, 0);
+      const int step = round + warp * kUnroll + u;
+      // The step's block scale (0 past k: its loads were zeros anyway).
+      const float scale = kFp8 && step * kStepK < k ? __ldg(scale_row + step * kStepK / kFp8Block) : 0.0f;
 #pragma unroll
       for (int r = 0; r < kRowGroups; ++r) {
         // Pairs 0, 1 of the 16-byte chunk are logical k (2c, 2c+8) of the first mma, pairs 2, 3 of the second.
-        mma_bf16_m16n8k16(acc[r], lo.x, hi.x, lo.y, hi.y, wv[u][r].x, wv[u][r].y);
-        mma_bf16_m16n8k16(acc[r], lo.z, hi.z, lo.w, hi.w, wv[u][r].z, wv[u][r].w);
+        if constexpr (kFp8) {
+          const uint4 w = fp8x8_to_bf16x8(wv[u][r]);
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma_bf16_m16n8k16(part, lo.x, hi.x, lo.y, hi.y, w.x, w.y);
+          mma_bf16_m16n8k16(part, lo.z, hi.z, lo.w, hi.w, w.z, w.w);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[r][j] = fmaf(scale, part[j], acc[r][j]);
+        } else {
+          mma_bf16_m16n8k16(acc[r], lo.x, hi.x, lo.y, hi.y, wv[u][r].x, wv[u][r].y);
+          mma_bf16_m16n8k16(acc[r], lo.z, hi.z, lo.w, hi.w, wv[u][r].z, wv[u][r].w);
+        }
       }
     }
   }
@@ -165,6 +220,7 @@ struct LaunchOptions {
 
 template <int kTokenHalves, int kRowGroups, typename OutT>
 void launch(const GemvArgs& a, bool overlap_previous_kernel, cudaStream_t stream) {
+  const bool fp8 = a.weight_fp8 != nullptr;
   constexpr int kUnroll = std::max(2, kWeightLoadsPerLane / kRowGroups);
   const int steps = (a.k + kStepK - 1) / kStepK;
   const int warps = std::clamp((steps + kUnroll - 1) / kUnroll, 1, kMaxWarps);
@@ -180,8 +236,14 @@ void launch(const GemvArgs& a, bool overlap_previous_kernel, cudaStream_t stream
     config.attrs = &overlap;
     config.numAttrs = 1;
   }
-  NANOVLLM_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kTokenHalves, kRowGroups, OutT>, a.x, a.weight, a.bias,
-                                         static_cast<OutT*>(a.out), a.tokens, a.n, a.k));
+  const void* weight = fp8 ? static_cast<const void*>(a.weight_fp8) : static_cast<const void*>(a.weight);
+  if (fp8) {
+    NANOVLLM_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kTokenHalves, kRowGroups, OutT, true>, a.x, weight,
+                                           a.block_scale, a.bias, static_cast<OutT*>(a.out), a.tokens, a.n, a.k));
+  } else {
+    NANOVLLM_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kTokenHalves, kRowGroups, OutT, false>, a.x, weight,
+                                           a.block_scale, a.bias, static_cast<OutT*>(a.out), a.tokens, a.n, a.k));
+  }
   NANOVLLM_CHECK_LAUNCH("gemv_kernel");
 }
 
@@ -208,9 +270,11 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 bool gemv_supports(const GemvArgs& a) {
+  const bool weight_ok = a.weight_fp8 != nullptr
+                             ? a.weight == nullptr && a.block_scale != nullptr && aligned16(a.weight_fp8)
+                             : a.weight != nullptr && aligned16(a.weight);
   return a.tokens >= 1 && a.tokens <= kGemvMaxTokens && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.x != nullptr &&
-         a.weight != nullptr && a.out != nullptr && aligned16(a.x) && aligned16(a.weight) &&
-         (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32);
+         weight_ok && a.out != nullptr && aligned16(a.x) && (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32);
 }
 
 void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream, bool overlap_previous_kernel) {

@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "common/dtype.h"
 
 namespace nanovllm::cuda {
@@ -16,17 +18,21 @@ inline constexpr int kGemvMaxTokens = 16;
 
 struct GemvArgs {
   const __nv_bfloat16* x = nullptr;       // [tokens, k], 16-byte aligned
-  const __nv_bfloat16* weight = nullptr;  // [n, k], 16-byte aligned
+  const __nv_bfloat16* weight = nullptr;  // [n, k], 16-byte aligned (or null: weight_fp8)
   const __nv_bfloat16* bias = nullptr;    // [n] or null
   void* out = nullptr;                    // [tokens, n] of out_dtype
   DType out_dtype = DType::BF16;          // BF16 or F32
   int tokens = 0;
   int n = 0;
   int k = 0;
+  // Instead of weight, Qwen's block-scaled FP8: codes [n, k] (16-byte aligned), element (i, j) = code *
+  // block_scale[i / 128, j / 128] with block_scale F32 [ceil(n / 128), ceil(k / 128)].
+  const uint8_t* weight_fp8 = nullptr;
+  const float* block_scale = nullptr;
 };
 
 // True when the GEMV handles these arguments: 1 <= tokens <= kGemvMaxTokens, n >= 1, k a positive multiple
-// of 8, x and weight 16-byte aligned, out_dtype BF16 or F32. Any n is allowed.
+// of 8, x and weight (bf16, or FP8 codes with their scales) 16-byte aligned, out_dtype BF16 or F32. Any n.
 bool gemv_supports(const GemvArgs& args);
 
 // Enqueues the GEMV on `stream`; throws InvalidInput when !gemv_supports(args). sm_count: the device's

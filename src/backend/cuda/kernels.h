@@ -54,6 +54,11 @@ void launch_silu_and_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int n
 void launch_set_logits(float* logits, int64_t vocab, const int* rows, const int* tokens, int n, float value,
                        cudaStream_t stream);
 
+// fp8_dequant.cu: out [n, k] bf16 = codes [n, k] (E4M3) * block_scale [ceil(n / 128), ceil(k / 128)] (F32),
+// element (i, j) scaled by block (i / 128, j / 128); k % 8 == 0, codes 8-byte and out 16-byte aligned.
+void launch_dequantize_fp8_weight(const uint8_t* codes, const float* block_scale, __nv_bfloat16* out, int n, int k,
+                                  cudaStream_t stream);
+
 // gather.cu: out[r] = x[rows[r]] for rows of row_bytes bytes each (any dtype).
 void launch_gather_rows(const void* x, const int* rows, void* out, int num_rows, size_t row_bytes, cudaStream_t stream);
 

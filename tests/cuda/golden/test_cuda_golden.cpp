@@ -260,6 +260,52 @@ TEST_P(CudaGoldenTest, Fp8KvCacheMatchesTransformersWithinFp8Tolerance) {
   }
 }
 
+// FP8 weights (the bf16 checkpoint quantised at load) on the GPU against the CPU backend's FP8 reference, which
+// multiplies the exact dequantised weights in fp32 (and equals an F32 checkpoint of them bit for bit, so HF on
+// those weights would give the same): the bf16 bounds, as only the GPU's bf16 rounding separates the two.
+// Only checkpoints whose linears cut into 128-row scale blocks quantise (head_dim 128; the 0.6B shape).
+TEST_P(CudaGoldenTest, Fp8WeightsMatchTheCpuFp8Reference) {
+  if (GetParam() != "qwen3_0_6b_shape") GTEST_SKIP() << "its linears do not cut into 128-row blocks";
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  sp.ignore_eos = true;
+  sp.max_tokens = 8;
+  sp.prompt_logprobs = 1;
+  std::vector<Prompt> prompts;
+  for (const json& p : fixture_["prompts"])
+    prompts.push_back(Prompt::from_tokens(p["prompt_token_ids"].get<std::vector<int32_t>>()));
+  EngineConfig gpu_config = config(16);
+  gpu_config.quantization = "fp8";
+  EngineConfig cpu_config = gpu_config;
+  cpu_config.device = "cpu";
+  cpu_config.max_model_len = 256;
+  cpu_config.max_num_seqs = 8;
+  std::vector<RequestOutput> gpu_out = LLM(gpu_config).generate(prompts, sp);
+  std::vector<RequestOutput> cpu_out = LLM(cpu_config).generate(prompts, sp);
+  double sum = 0, worst = 0;
+  long count = 0, agreed = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(gpu_out[i].error.empty()) << gpu_out[i].error;
+    ASSERT_TRUE(cpu_out[i].error.empty()) << cpu_out[i].error;
+    const auto& g = *gpu_out[i].prompt_logprobs;
+    const auto& c = *cpu_out[i].prompt_logprobs;
+    for (size_t p = 1; p < g.size(); ++p) {
+      const double d = std::fabs(g[p][0].second - c[p][0].second);
+      EXPECT_LE(d, kMaxTolerance) << "prompt " << i << " position " << p;
+      sum += d, worst = std::max(worst, d), ++count;
+    }
+    size_t same = 0;
+    while (same < gpu_out[i].token_ids.size() && gpu_out[i].token_ids[same] == cpu_out[i].token_ids[same]) ++same;
+    agreed += static_cast<long>(same);
+  }
+  const double mean = sum / static_cast<double>(std::max(count, 1L));
+  EXPECT_LE(mean, kMeanTolerance);
+  std::printf(
+      "[cuda golden %s fp8 weights] prompt logprob |d| vs the CPU FP8 reference: mean %.4f, max %.4f over %ld "
+      "tokens; greedy tokens equal before the first divergence %ld/%zu\n",
+      GetParam().c_str(), mean, worst, count, agreed, prompts.size() * 8);
+}
+
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaGoldenTest, ::testing::ValuesIn(models()));
 
 }  // namespace
