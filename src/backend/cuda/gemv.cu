@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_vec.cuh"
@@ -16,10 +15,15 @@ namespace nanovllm::cuda {
 namespace {
 
 constexpr int kRowsPerGroup = 8;        // the mma's N: one weight row per lane quad
-constexpr int kStepK = 32;              // k per step: 4 lanes × 8 bf16
+constexpr int kStepK = 32;              // k per step: 4 lanes × 8 bf16 (FP8: step_k)
 constexpr int kMaxWarps = 16;           // warps of a CTA split K
 constexpr int kWeightLoadsPerLane = 8;  // 16-byte W loads a lane issues before its first mma of a round
 constexpr int kFp8Block = 128;          // FP8 weights: rows and columns per scale
+
+// k per step: 4 lanes x one 16-byte W load each (8 bf16, or 16 FP8 codes).
+constexpr int step_k(bool fp8) { return fp8 ? 2 * kStepK : kStepK; }
+// Consecutive k steps a warp takes per round: kWeightLoadsPerLane 16-byte W loads in flight.
+constexpr int unroll_for(int row_groups) { return std::max(2, kWeightLoadsPerLane / row_groups); }
 
 // Predicated 16-byte loads (zeros when !pred) in one asm, so the compiler can neither speculate the load
 // nor turn the predicate into a branch. W is streamed (read once, never written: the non-coherent path and
@@ -85,43 +89,39 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 codes) {
   return v;
 }
 
-__device__ __forceinline__ uint2 load_fp8_weight_or_zero(const uint8_t* p, bool pred) {
-  uint2 v;
-  asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
-      "@p ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n\t}"
-      : "=r"(v.x), "=r"(v.y)
-      : "l"(p), "r"(static_cast<int>(pred)));
-  return v;
-}
-
 // kTokenHalves: 1 for tokens <= 8 (A rows 8..15 are zero), 2 for tokens <= 16.
 // kRowGroups: groups of 8 weight rows per warp, all multiplied by the same x registers.
 // A CTA owns rows [blockIdx.x * 8 kRowGroups, +8 kRowGroups); its warps take interleaved runs of kUnroll
-// consecutive 32-wide k steps, then reduce their partial tiles through shared memory.
-// kFp8: the weight is FP8 codes (8 bytes a lane and step) with 128 x 128 block scales. A CTA's at most 32 rows
-// lie in one row block and a 32-wide step in one column block, so each step's product is taken unscaled (the
-// codes are exact in bf16) and added to the accumulators times that block's scale.
+// consecutive k steps, then reduce their partial tiles through shared memory.
+// kFp8: the weight is FP8 codes with 128 x 128 block scales. A lane's 16-byte load then holds 16 codes, so a step
+// is 64 wide (four mmas, x loaded 32 bytes a token at a time) and as many bytes stay in flight as with bf16. A
+// CTA's at most 32 rows lie in one row block and a step in one column block, so each step's product is taken
+// unscaled (the codes are exact in bf16) and added to the accumulators times that block's scale.
 template <int kTokenHalves, int kRowGroups, typename OutT, bool kFp8 = false>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const void* __restrict__ weight_any,
                 const float* __restrict__ block_scale, const __nv_bfloat16* __restrict__ bias, OutT* __restrict__ out,
                 int tokens, int n, int k) {
-  static_assert(kFp8Block % (kRowsPerGroup * 4) == 0 && kFp8Block % kStepK == 0, "blocks hold whole CTAs/steps");
-  const __nv_bfloat16* weight = static_cast<const __nv_bfloat16*>(weight_any);
-  const uint8_t* weight_fp8 = static_cast<const uint8_t*>(weight_any);
-  constexpr int kUnroll = std::max(2, kWeightLoadsPerLane / kRowGroups);
+  constexpr int kStep = step_k(kFp8);
+  constexpr int kLaneK = kStep / 4;    // k values of a lane in one step (one 16-byte W load)
+  constexpr int kXLoads = kLaneK / 8;  // 16-byte x loads per token half and step
+  static_assert(kFp8Block % (kRowsPerGroup * 4) == 0 && kFp8Block % kStep == 0, "blocks hold whole CTAs/steps");
+  constexpr int kUnroll = unroll_for(kRowGroups);
   constexpr int kTileFloats = kRowGroups * 32 * 4;  // one warp's C fragments
+  constexpr int kWeightBytes = kFp8 ? 1 : 2;
   __shared__ float4 partial[kMaxWarps][kRowGroups][32];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int row0 = blockIdx.x * (kRowsPerGroup * kRowGroups);
-  const int steps = (k + kStepK - 1) / kStepK;
+  const int steps = (k + kStep - 1) / kStep;
 
   // Rows past n read the last real row: their outputs are never stored, and the load stays in bounds.
-  int64_t w_row[kRowGroups];  // element offsets
+  const char* w_row[kRowGroups];
 #pragma unroll
-  for (int r = 0; r < kRowGroups; ++r) w_row[r] = static_cast<int64_t>(min(row0 + r * 8 + g, n - 1)) * k;
+  for (int r = 0; r < kRowGroups; ++r)
+    w_row[r] =
+        static_cast<const char*>(weight_any) + static_cast<int64_t>(min(row0 + r * 8 + g, n - 1)) * k * kWeightBytes;
   const float* scale_row =
       kFp8 ? block_scale + static_cast<int64_t>(row0 / kFp8Block) * ((k + kFp8Block - 1) / kFp8Block) : nullptr;
   const __nv_bfloat16* x_row[kTokenHalves];
@@ -138,50 +138,54 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   for (int r = 0; r < kRowGroups; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
 
   for (int round = 0; round < steps; round += warps * kUnroll) {
-    using WeightRaw = std::conditional_t<kFp8, uint2, uint4>;
-    WeightRaw wv[kUnroll][kRowGroups];
-    uint4 xv[kUnroll][kTokenHalves];
+    uint4 wv[kUnroll][kRowGroups], xv[kUnroll][kTokenHalves][kXLoads];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int kk = (round + warp * kUnroll + u) * kStepK + 8 * c;
-      const bool live = kk < k;  // k % 8 == 0: a lane's 8-wide chunk is all in or all out
+      const int kk = (round + warp * kUnroll + u) * kStep + kLaneK * c;
+      const bool live = kk < k;  // k % kLaneK == 0: a lane's chunk is all in or all out
 #pragma unroll
-      for (int r = 0; r < kRowGroups; ++r) {
-        if constexpr (kFp8) {
-          wv[u][r] = load_fp8_weight_or_zero(weight_fp8 + w_row[r] + kk, live);
-        } else {
-          wv[u][r] = load_weight_or_zero(weight + w_row[r] + kk, live);
-        }
-      }
+      for (int r = 0; r < kRowGroups; ++r)
+        wv[u][r] = load_weight_or_zero(reinterpret_cast<const __nv_bfloat16*>(w_row[r] + kk * kWeightBytes), live);
     }
     if (round == 0) wait_for_previous_grid();  // everything below may read the previous kernel's output
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int kk = (round + warp * kUnroll + u) * kStepK + 8 * c;
+      const int kk = (round + warp * kUnroll + u) * kStep + kLaneK * c;
       const bool live = kk < k;
 #pragma unroll
-      for (int h = 0; h < kTokenHalves; ++h) xv[u][h] = load_activation_or_zero(x_row[h] + kk, live && x_live[h]);
+      for (int h = 0; h < kTokenHalves; ++h)
+#pragma unroll
+        for (int j = 0; j < kXLoads; ++j)
+          xv[u][h][j] = load_activation_or_zero(x_row[h] + kk + 8 * j, live && x_live[h]);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const uint4 lo = xv[u][0];
-      const uint4 hi = kTokenHalves > 1 ? xv[u][kTokenHalves - 1] : make_uint4(0, 0, 0, 0);
       const int step = round + warp * kUnroll + u;
       // The step's block scale (0 past k: its loads were zeros anyway).
-      const float scale = kFp8 && step * kStepK < k ? __ldg(scale_row + step * kStepK / kFp8Block) : 0.0f;
+      const float scale = kFp8 && step * kStep < k ? __ldg(scale_row + step * kStep / kFp8Block) : 0.0f;
 #pragma unroll
       for (int r = 0; r < kRowGroups; ++r) {
-        // Pairs 0, 1 of the 16-byte chunk are logical k (2c, 2c+8) of the first mma, pairs 2, 3 of the second.
-        if constexpr (kFp8) {
-          const uint4 w = fp8x8_to_bf16x8(wv[u][r]);
-          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          mma_bf16_m16n8k16(part, lo.x, hi.x, lo.y, hi.y, w.x, w.y);
-          mma_bf16_m16n8k16(part, lo.z, hi.z, lo.w, hi.w, w.z, w.w);
+        const auto multiply = [&](float(&into)[4]) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) acc[r][j] = fmaf(scale, part[j], acc[r][j]);
+          for (int j = 0; j < kXLoads; ++j) {
+            // x pairs 0..3 of the lane's j-th 8 values and the weight pairs of the same 8 k: pairs 0, 1 are
+            // logical k (2c, 2c+8) of one mma, pairs 2, 3 of the next.
+            const uint4 lo = xv[u][0][j];
+            const uint4 hi = kTokenHalves > 1 ? xv[u][kTokenHalves - 1][j] : make_uint4(0, 0, 0, 0);
+            const uint4 w =
+                kFp8 ? fp8x8_to_bf16x8(j == 0 ? make_uint2(wv[u][r].x, wv[u][r].y) : make_uint2(wv[u][r].z, wv[u][r].w))
+                     : wv[u][r];
+            mma_bf16_m16n8k16(into, lo.x, hi.x, lo.y, hi.y, w.x, w.y);
+            mma_bf16_m16n8k16(into, lo.z, hi.z, lo.w, hi.w, w.z, w.w);
+          }
+        };
+        if constexpr (kFp8) {
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          multiply(part);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[r][i] = fmaf(scale, part[i], acc[r][i]);
         } else {
-          mma_bf16_m16n8k16(acc[r], lo.x, hi.x, lo.y, hi.y, wv[u][r].x, wv[u][r].y);
-          mma_bf16_m16n8k16(acc[r], lo.z, hi.z, lo.w, hi.w, wv[u][r].z, wv[u][r].w);
+          multiply(acc[r]);
         }
       }
     }
@@ -221,9 +225,9 @@ struct LaunchOptions {
 template <int kTokenHalves, int kRowGroups, typename OutT>
 void launch(const GemvArgs& a, bool overlap_previous_kernel, cudaStream_t stream) {
   const bool fp8 = a.weight_fp8 != nullptr;
-  constexpr int kUnroll = std::max(2, kWeightLoadsPerLane / kRowGroups);
-  const int steps = (a.k + kStepK - 1) / kStepK;
-  const int warps = std::clamp((steps + kUnroll - 1) / kUnroll, 1, kMaxWarps);
+  const int unroll = unroll_for(kRowGroups);
+  const int steps = (a.k + step_k(fp8) - 1) / step_k(fp8);
+  const int warps = std::clamp((steps + unroll - 1) / unroll, 1, kMaxWarps);
   const int rows_per_cta = kRowsPerGroup * kRowGroups;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>((a.n + rows_per_cta - 1) / rows_per_cta));
@@ -270,9 +274,10 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 bool gemv_supports(const GemvArgs& a) {
-  const bool weight_ok = a.weight_fp8 != nullptr
-                             ? a.weight == nullptr && a.block_scale != nullptr && aligned16(a.weight_fp8)
-                             : a.weight != nullptr && aligned16(a.weight);
+  // FP8: whole 16-code lane chunks (k % 16 == 0).
+  const bool weight_ok = a.weight_fp8 != nullptr ? a.weight == nullptr && a.block_scale != nullptr &&
+                                                       aligned16(a.weight_fp8) && a.k % 16 == 0
+                                                 : a.weight != nullptr && aligned16(a.weight);
   return a.tokens >= 1 && a.tokens <= kGemvMaxTokens && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.x != nullptr &&
          weight_ok && a.out != nullptr && aligned16(a.x) && (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32);
 }

@@ -32,7 +32,7 @@ struct GemvArgs {
 };
 
 // True when the GEMV handles these arguments: 1 <= tokens <= kGemvMaxTokens, n >= 1, k a positive multiple
-// of 8, x and weight (bf16, or FP8 codes with their scales) 16-byte aligned, out_dtype BF16 or F32. Any n.
+// of 8 (16 for FP8 codes with their scales), x and weight 16-byte aligned, out_dtype BF16 or F32. Any n.
 bool gemv_supports(const GemvArgs& args);
 
 // Enqueues the GEMV on `stream`; throws InvalidInput when !gemv_supports(args). sm_count: the device's

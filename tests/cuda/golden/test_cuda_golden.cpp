@@ -278,7 +278,6 @@ TEST_P(CudaGoldenTest, Fp8WeightsMatchTheCpuFp8Reference) {
   gpu_config.quantization = "fp8";
   EngineConfig cpu_config = gpu_config;
   cpu_config.device = "cpu";
-  cpu_config.max_model_len = 256;
   cpu_config.max_num_seqs = 8;
   std::vector<RequestOutput> gpu_out = LLM(gpu_config).generate(prompts, sp);
   std::vector<RequestOutput> cpu_out = LLM(cpu_config).generate(prompts, sp);
