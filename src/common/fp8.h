@@ -3,6 +3,7 @@
 // subnormals down to 2^-9. The encoder rounds to nearest, ties to even, and saturates to +-448 (infinities
 // too), as the GPU's cvt with .satfinite does, so that the CPU reference and the CUDA kernels write the same
 // codes for the same fp32 value; NaN becomes the NaN code.
+#include <array>
 #include <cmath>
 #include <cstdint>
 
@@ -20,6 +21,16 @@ inline float fp8_e4m3_to_float(uint8_t code) {
   if (exponent == 0xf && mantissa == 0x7) return std::nanf("");
   if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);  // subnormal: m * 2^-9
   return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);      // 1.m * 2^(e - 7)
+}
+
+// Every code's value, decoded once (for loops that decode many codes).
+inline const std::array<float, 256>& fp8_e4m3_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> values{};
+    for (size_t code = 0; code < values.size(); ++code) values[code] = fp8_e4m3_to_float(static_cast<uint8_t>(code));
+    return values;
+  }();
+  return table;
 }
 
 inline uint8_t float_to_fp8_e4m3(float x) {

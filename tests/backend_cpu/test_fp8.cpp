@@ -3,6 +3,7 @@
 // a search over all codes for values that include every midpoint between neighbours.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -51,6 +52,18 @@ TEST(Fp8E4m3, DecodesEveryCodeByItsBits) {
   // Strictly increasing over the finite positive codes: the search below relies on it.
   for (int c = 1; c <= 0x7e; ++c)
     EXPECT_LT(fp8_e4m3_to_float(static_cast<uint8_t>(c - 1)), fp8_e4m3_to_float(static_cast<uint8_t>(c))) << c;
+}
+
+TEST(Fp8E4m3, TheValueTableDecodesEveryCode) {
+  for (int c = 0; c < 256; ++c) {
+    const float want = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    const float got = fp8_e4m3_values()[static_cast<size_t>(c)];
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << c;
+    } else {
+      EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << c;  // -0 stays -0
+    }
+  }
 }
 
 TEST(Fp8E4m3, EveryCodeRoundTrips) {

@@ -28,16 +28,6 @@ constexpr int64_t kRowsPerTile = 8;
 // Keys (or values) of one head a tile works through at a time, sized to stay in L1.
 constexpr int64_t kKeysPerChunk = 8;
 
-// The 256 FP8 codes' values, decoded once.
-const std::array<float, 256>& fp8_values() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[static_cast<size_t>(c)] = fp8_e4m3_to_float(static_cast<uint8_t>(c));
-    return t;
-  }();
-  return table;
-}
-
 struct CacheGeometry {
   const void* k;
   const void* v;
@@ -60,7 +50,7 @@ struct CacheGeometry {
     if (!fp8) return static_cast<const float*>(keys_side ? k : v) + start;
     const uint8_t* codes = static_cast<const uint8_t*>(keys_side ? k : v) + start;
     const float scale = keys_side ? k_scale : v_scale;
-    const std::array<float, 256>& value_of = fp8_values();
+    const std::array<float, 256>& value_of = fp8_e4m3_values();
     const int64_t stride = num_kv_heads * head_dim, width = heads * head_dim;
     for (int64_t j = 0; j < keys; ++j)
       for (int64_t e = 0; e < width; ++e) staging[j * stride + e] = value_of[codes[j * stride + e]] * scale;

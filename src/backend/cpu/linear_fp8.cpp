@@ -15,20 +15,10 @@ namespace nanovllm {
 
 namespace {
 
-// Every code's value, decoded once.
-const std::array<float, 256>& fp8_values() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> values{};
-    for (size_t code = 0; code < values.size(); ++code) values[code] = fp8_e4m3_to_float(static_cast<uint8_t>(code));
-    return values;
-  }();
-  return table;
-}
-
 // Rows [row_begin, row_end) of the weight [n, k] as fp32, into out [row_end - row_begin, k].
 void dequantize_rows(const uint8_t* codes, const float* scales, int64_t k, int64_t row_begin, int64_t row_end,
                      float* out) {
-  const std::array<float, 256>& values = fp8_values();
+  const std::array<float, 256>& values = fp8_e4m3_values();
   const int64_t scale_cols = (k + kFp8BlockSize - 1) / kFp8BlockSize;
   for (int64_t row = row_begin; row < row_end; ++row) {
     const uint8_t* code_row = codes + row * k;
