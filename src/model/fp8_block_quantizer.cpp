@@ -2,39 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "common/error.h"
 #include "common/fp8.h"
-#include "common/half_float.h"
 
 namespace nanovllm {
-namespace {
-
-// The weight as fp32, whatever float type it is stored in (the data may be unaligned: read with memcpy).
-std::vector<float> as_floats(const HostTensorView& view) {
-  const auto n = static_cast<size_t>(view.numel());
-  std::vector<float> out(n);
-  const auto* bytes = static_cast<const std::byte*>(view.data);
-  switch (view.dtype) {
-    case DType::F32:
-      std::memcpy(out.data(), bytes, n * sizeof(float));
-      break;
-    case DType::BF16:
-    case DType::F16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t bits;
-        std::memcpy(&bits, bytes + 2 * i, sizeof bits);
-        out[i] = view.dtype == DType::BF16 ? bf16_to_float(bits) : f16_to_float(bits);
-      }
-      break;
-    default:
-      throw EngineError(std::string("quantize_fp8_blocks: cannot quantise a weight of ") + dtype_name(view.dtype));
-  }
-  return out;
-}
-
-}  // namespace
 
 int64_t fp8_blocks(int64_t size) { return (size + kFp8BlockSize - 1) / kFp8BlockSize; }
 
@@ -42,7 +14,9 @@ Fp8Matrix quantize_fp8_blocks(const HostTensorView& weight) {
   Fp8Matrix m;
   m.rows = weight.shape.empty() ? 1 : weight.shape[0];
   m.cols = m.rows == 0 ? 0 : weight.numel() / m.rows;
-  const std::vector<float> w = as_floats(weight);
+  if (weight.dtype != DType::F32 && weight.dtype != DType::BF16 && weight.dtype != DType::F16)
+    throw EngineError(std::string("quantize_fp8_blocks: cannot quantise a weight of ") + dtype_name(weight.dtype));
+  const std::vector<float> w = floats_of(weight);
   const int64_t block_rows = fp8_blocks(m.rows), block_cols = fp8_blocks(m.cols);
   m.codes.resize(w.size());
   m.scales.resize(static_cast<size_t>(block_rows * block_cols));

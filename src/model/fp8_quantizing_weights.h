@@ -18,6 +18,7 @@ class Fp8QuantizingWeights : public WeightSource {
     return source_->get(name, expected_shape);
   }
   bool contains(const std::string& name) const override { return source_->contains(name); }
+  HostTensor get_as_stored(const std::string& name) override { return source_->get_as_stored(name); }
   HostTensor get_block(const std::string& name, const std::vector<int64_t>& expected_shape, IndexRange rows,
                        IndexRange cols) override {
     return source_->get_block(name, expected_shape, rows, cols);

@@ -16,6 +16,6 @@ struct KvCacheScale {
 // One entry per layer: the checkpoint's scales where it has them, 1.0 where it does not (vLLM's default: a
 // cache written without calibration, exact for values FP8 holds as they are). Throws InvalidInput naming the
 // tensor for a scale that is not a scalar float, not finite or not positive.
-std::vector<KvCacheScale> load_kv_cache_scales(const WeightSource& weights, const ModelConfig& config);
+std::vector<KvCacheScale> load_kv_cache_scales(WeightSource& weights, const ModelConfig& config);
 
 }  // namespace nanovllm

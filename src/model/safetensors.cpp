@@ -8,6 +8,7 @@
 
 #include "common/checked_number.h"
 #include "common/error.h"
+#include "common/half_float.h"
 #include "common/json_parse.h"
 #include "common/quoted.h"
 
@@ -42,6 +43,28 @@ int64_t HostTensorView::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+std::vector<float> floats_of(const HostTensorView& view) {
+  const auto n = static_cast<size_t>(view.numel());
+  std::vector<float> out(n);
+  const auto* bytes = static_cast<const std::byte*>(view.data);
+  switch (view.dtype) {
+    case DType::F32:
+      std::memcpy(out.data(), bytes, n * sizeof(float));
+      break;
+    case DType::BF16:
+    case DType::F16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, bytes + 2 * i, sizeof bits);
+        out[i] = view.dtype == DType::BF16 ? bf16_to_float(bits) : f16_to_float(bits);
+      }
+      break;
+    default:
+      throw EngineError(std::string("floats_of: ") + dtype_name(view.dtype) + " is not a float dtype");
+  }
+  return out;
 }
 
 std::string shape_to_string(const std::vector<int64_t>& shape) {

@@ -31,6 +31,10 @@ struct HostTensorView {
 // "[3, 4]"
 std::string shape_to_string(const std::vector<int64_t>& shape);
 
+// The elements of an F32, BF16 or F16 view as fp32 (read with memcpy: mapped data may be unaligned). Throws
+// EngineError for another dtype: callers check the dtypes they accept first, in their own terms.
+std::vector<float> floats_of(const HostTensorView& view);
+
 class SafetensorsFile {
  public:
   // Throws InvalidInput naming the file for a bad header, unsupported dtype or truncated data.

@@ -83,6 +83,10 @@ HostTensor WeightSource::get_block(const std::string& name, const std::vector<in
   return out;
 }
 
+HostTensor WeightSource::get_as_stored(const std::string& name) {
+  throw EngineError("weights: " + quoted_text(name) + " cannot be read as stored from generated weights");
+}
+
 Fp8HostBlock WeightSource::get_fp8_block(const std::string& module, const std::vector<int64_t>& shape, IndexRange rows,
                                          IndexRange cols) {
   const std::string weight_name = module + ".weight", scale_name = module + ".weight_scale_inv";
@@ -101,22 +105,13 @@ Fp8HostBlock WeightSource::get_fp8_block(const std::string& module, const std::v
   if (dtype != DType::F32 && dtype != DType::BF16)
     throw InvalidInput("tensor " + quoted_text(scale_name) + " is " + dtype_name(dtype) +
                        ", expected F32 or BF16 block scales");
-  auto scales = std::make_shared<std::vector<float>>(static_cast<size_t>(scale.view.numel()));
-  const auto* bytes = static_cast<const std::byte*>(scale.view.data);
+  auto scales = std::make_shared<std::vector<float>>(floats_of(scale.view));
   for (size_t i = 0; i < scales->size(); ++i) {
-    float value = 0.0f;
-    if (dtype == DType::F32) {
-      std::memcpy(&value, bytes + 4 * i, sizeof value);
-    } else {
-      uint16_t bits = 0;
-      std::memcpy(&bits, bytes + 2 * i, sizeof bits);
-      value = bf16_to_float(bits);
-    }
     // A zero, negative or non-finite scale would silently zero, flip or poison a whole block of weights.
+    const float value = (*scales)[i];
     if (!(std::isfinite(value) && value > 0.0f))
       throw InvalidInput("tensor " + quoted_text(scale_name) + " holds the scale " + std::to_string(value) +
                          " at element " + std::to_string(i) + " of this block; scales must be finite and positive");
-    (*scales)[i] = value;
   }
   out.scale.view = HostTensorView{scales->data(), DType::F32, scale.view.shape};
   out.scale.owned = scales;
@@ -128,10 +123,13 @@ std::unique_ptr<CheckpointWeights> CheckpointWeights::open(const std::filesystem
 }
 
 HostTensor CheckpointWeights::get(const std::string& name, const std::vector<int64_t>& expected_shape) {
+  check_shape(reader_.file_of(name).string() + ": ", name, reader_.get(name).shape, expected_shape);
+  return get_as_stored(name);
+}
+
+HostTensor CheckpointWeights::get_as_stored(const std::string& name) {
   HostTensorView view = reader_.get(name);
-  const std::string where = reader_.file_of(name).string() + ": ";
-  check_shape(where, name, view.shape, expected_shape);
-  check_finite_sample(view, where, name);
+  check_finite_sample(view, reader_.file_of(name).string() + ": ", name);
   return aligned(std::move(view));
 }
 

@@ -24,6 +24,10 @@ class WeightSource {
   // several threads at once (tensor-parallel ranks load concurrently).
   virtual HostTensor get(const std::string& name, const std::vector<int64_t>& expected_shape) = 0;
   virtual bool contains(const std::string& name) const = 0;
+  // A tensor in whatever shape it is stored, for tensors whose shape varies between checkpoints (a scalar
+  // scale stored as [] or [1]); checked like get() otherwise. Throws EngineError where the source has no
+  // stored tensors (generated weights).
+  virtual HostTensor get_as_stored(const std::string& name);
   // The block rows × cols of a parameter seen as [shape[0], rest] (a 1-D parameter has one column), as a
   // dense row-major tensor of shape [rows, cols] ([rows] for 1-D): one tensor-parallel rank's shard. Row
   // blocks of a stored tensor are views into it; column blocks are copied.
@@ -46,6 +50,7 @@ class CheckpointWeights : public WeightSource {
 
   HostTensor get(const std::string& name, const std::vector<int64_t>& expected_shape) override;
   bool contains(const std::string& name) const override { return reader_.contains(name); }
+  HostTensor get_as_stored(const std::string& name) override;
   const CheckpointReader& reader() const { return reader_; }
 
  private:

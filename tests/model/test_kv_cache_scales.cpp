@@ -4,10 +4,12 @@
 
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/half_float.h"
+#include "model/fp8_quantizing_weights.h"
 #include "model/kv_cache_scales.h"
 #include "model/safetensors_writer.h"
 #include "model/temp_dir.h"
@@ -22,7 +24,9 @@ struct ScaleTensor {
   float value;
 };
 
-std::vector<KvCacheScale> load_from(const std::vector<ScaleTensor>& tensors, int layers = 2) {
+// Scales written into a checkpoint, read back through the checkpoint, or (quantized) through the source that
+// quantises its weights as they load, as --quantization fp8 reads a checkpoint.
+std::vector<KvCacheScale> load_from(const std::vector<ScaleTensor>& tensors, bool quantized = false) {
   testing::TempDir dir;
   std::vector<TensorRecord> records;
   for (const ScaleTensor& t : tensors) records.push_back({t.name, t.dtype, t.shape});
@@ -40,8 +44,9 @@ std::vector<KvCacheScale> load_from(const std::vector<ScaleTensor>& tensors, int
     }
   });
   ModelConfig config;
-  config.num_hidden_layers = layers;
-  auto weights = CheckpointWeights::open(dir.path());
+  config.num_hidden_layers = 2;
+  std::unique_ptr<WeightSource> weights = CheckpointWeights::open(dir.path());
+  if (quantized) weights = std::make_unique<Fp8QuantizingWeights>(std::move(weights));
   return load_kv_cache_scales(*weights, config);
 }
 
@@ -54,6 +59,13 @@ TEST(KvCacheScales, ReadWherePresentOneWhereAbsent) {
   EXPECT_EQ(scales[0].v, 3.0f);
   EXPECT_EQ(scales[1].k, 1.0f);
   EXPECT_EQ(scales[1].v, 0.0123f);
+}
+
+TEST(KvCacheScales, ReadThroughWeightsQuantisedAtLoad) {
+  const auto scales = load_from({{"model.layers.1.self_attn.k_scale", DType::F32, {}, 0.5f}}, true);
+  ASSERT_EQ(scales.size(), 2u);
+  EXPECT_EQ(scales[1].k, 0.5f);
+  EXPECT_EQ(scales[0].k, 1.0f);
 }
 
 TEST(KvCacheScales, RefusesWhatCannotBeAScaleNamingTheTensor) {
