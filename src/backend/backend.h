@@ -5,6 +5,7 @@
 // H hidden size, nh / nkv query / KV heads, d head_dim, I intermediate size, V vocab, R logits rows.
 // Ops are enqueued in order (the CUDA backend on one stream); call synchronize() before reading results.
 // Outputs never alias inputs except where an op says so (rms_norm/add_rms_norm: out may be x).
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -47,6 +48,13 @@ struct KvCacheLayer {
   float k_scale = 1.0f;
   float v_scale = 1.0f;
   bool is_fp8() const { return k.dtype == DType::F8_E4M3; }
+  // What is wrong with an FP8 cache's scales (they must be positive and finite), or "" (also for other caches).
+  std::string scale_problem() const {
+    const auto usable = [](float scale) { return std::isfinite(scale) && scale > 0.0f; };
+    if (!is_fp8() || (usable(k_scale) && usable(v_scale))) return "";
+    return "FP8 cache scales must be positive and finite, got k_scale " + std::to_string(k_scale) + " and v_scale " +
+           std::to_string(v_scale);
+  }
 };
 
 // Per-row sampling controls, one row per logits row that samples.

@@ -1,7 +1,6 @@
 #pragma once
 // Argument checks shared by the CPU ops. A failed check is the engine's bug (it built a wrong call), so it
 // throws EngineError naming the op, the argument and what was expected. They cost nothing next to the ops.
-#include <cmath>
 #include <string>
 
 #include "backend/backend.h"
@@ -41,11 +40,8 @@ inline void require_kv_cache(const KvCacheLayer& cache, const char* op) {
   const DType dtype = cache.is_fp8() ? DType::F8_E4M3 : DType::F32;
   require_dtype(cache.k, dtype, op, "cache.k");
   require_dtype(cache.v, dtype, op, "cache.v");
-  const auto usable = [](float scale) { return std::isfinite(scale) && scale > 0.0f; };
-  if (cache.is_fp8())
-    require(usable(cache.k_scale) && usable(cache.v_scale), op,
-            "FP8 cache scales must be positive and finite, got k_scale " + std::to_string(cache.k_scale) +
-                " and v_scale " + std::to_string(cache.v_scale));
+  const std::string scale_problem = cache.scale_problem();
+  require(scale_problem.empty(), op, scale_problem);
 }
 
 }  // namespace nanovllm::cpu

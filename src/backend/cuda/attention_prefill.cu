@@ -137,18 +137,8 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
       const int c = item % (D / 16);  // 16 codes = two 8-value chunks of the bf16 row
       const uint4 codes = *reinterpret_cast<const uint4*>((is_v ? sm_v_codes : sm_k_codes) + r * D + c * 16);
       __nv_bfloat16* tile = is_v ? sm_v : sm_k;
-      const uint2 halves[2] = {make_uint2(codes.x, codes.y), make_uint2(codes.z, codes.w)};
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float f[8];
-        fp8x8_to_float(halves[half], f);
-        uint4 packed;
-        packed.x = pack_bf16x2(f[0], f[1]);
-        packed.y = pack_bf16x2(f[2], f[3]);
-        packed.z = pack_bf16x2(f[4], f[5]);
-        packed.w = pack_bf16x2(f[6], f[7]);
-        *reinterpret_cast<uint4*>(tile + swizzled<D>(r, 2 * c + half)) = packed;
-      }
+      *reinterpret_cast<uint4*>(tile + swizzled<D>(r, 2 * c)) = fp8x8_to_bf16x8(make_uint2(codes.x, codes.y));
+      *reinterpret_cast<uint4*>(tile + swizzled<D>(r, 2 * c + 1)) = fp8x8_to_bf16x8(make_uint2(codes.z, codes.w));
     }
   };
   load_kv_tile(0, 0);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -53,10 +52,18 @@ void require_kv_cache(const KvCacheLayer& cache, const char* op) {
   const DType dtype = cache.is_fp8() ? DType::F8_E4M3 : DType::BF16;
   require_dtype(cache.k, dtype, op, "cache.k");
   require_dtype(cache.v, dtype, op, "cache.v");
-  const auto usable = [](float scale) { return std::isfinite(scale) && scale > 0.0f; };
-  require(!cache.is_fp8() || (usable(cache.k_scale) && usable(cache.v_scale)), op,
-          "FP8 cache scales must be positive and finite, got k_scale " + std::to_string(cache.k_scale) +
-              " and v_scale " + std::to_string(cache.v_scale));
+  const std::string scale_problem = cache.scale_problem();
+  require(scale_problem.empty(), op, scale_problem);
+}
+
+// The cache's pointers, element type and scales into a kernel's arguments (the K/V write's or attention's).
+template <class KernelArgs>
+void set_cache_args(KernelArgs& args, const KvCacheLayer& cache) {
+  args.k_cache = cache.k.data;
+  args.v_cache = cache.v.data;
+  args.fp8_cache = cache.is_fp8();
+  args.k_scale = cache.k_scale;
+  args.v_scale = cache.v_scale;
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -363,11 +370,7 @@ void CudaBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, co
   args.positions = positions.as<int>();
   args.rope = rope.as<float>();
   args.slot_mapping = slot_mapping.as<int>();
-  args.k_cache = cache.k.data;
-  args.v_cache = cache.v.data;
-  args.fp8_cache = cache.is_fp8();
-  args.k_scale = cache.k_scale;
-  args.v_scale = cache.v_scale;
+  set_cache_args(args, cache);
   args.q_out = bf16_mut(q_out);
   args.num_tokens = static_cast<int>(t);
   args.num_heads = num_heads;
@@ -391,11 +394,7 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
           "q " + q.shape_string() + " / out " + out.shape_string() + " must be [T, nh * d]");
   cuda::PagedAttentionArgs args;
   args.q = bf16(q);
-  args.k_cache = cache.k.data;
-  args.v_cache = cache.v.data;
-  args.fp8_cache = cache.is_fp8();
-  args.k_scale = cache.k_scale;
-  args.v_scale = cache.v_scale;
+  set_cache_args(args, cache);
   args.cu_seqlens_q = batch.cu_seqlens_q.as<int>();
   args.seq_lens_k = batch.seq_lens_k.as<int>();
   args.block_tables = batch.block_tables.as<int>();

@@ -2,6 +2,7 @@
 // Eight FP8 E4M3 values in 8 bytes: the FP8 KV cache's unit, as Bf16x8 is bf16's. Encoding rounds to nearest
 // even and saturates at +-448 (cvt .satfinite), the rule common/fp8.h implements on the host; decoding is exact
 // (every E4M3 value is a half and a bf16).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -37,6 +38,20 @@ __device__ __forceinline__ void fp8x8_to_float(const uint2& v, float (&f)[8]) {
     f[4 * i + 2] = b.x;
     f[4 * i + 3] = b.y;
   }
+}
+
+// Eight codes as the four bf16 pairs (a 16-byte bf16 vector) of the same values: exact, E4M3 fits bf16.
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8(const uint2& codes) {
+  float f[8];
+  fp8x8_to_float(codes, f);
+  uint4 v;
+  uint32_t* w = &v.x;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    w[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return v;
 }
 
 }  // namespace nanovllm::cuda

@@ -75,20 +75,6 @@ __device__ __forceinline__ void store_output(__nv_bfloat16* out, int64_t i, floa
   out[i] = __float2bfloat16_rn(v);
 }
 
-// Eight FP8 codes (8 bytes) as the four bf16 pairs a 16-byte bf16 load would give: exact, E4M3 fits bf16.
-__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 codes) {
-  float f[8];
-  fp8x8_to_float(codes, f);
-  uint4 v;
-  uint32_t* w = &v.x;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    w[i] = *reinterpret_cast<const uint32_t*>(&h);
-  }
-  return v;
-}
-
 // kTokenHalves: 1 for tokens <= 8 (A rows 8..15 are zero), 2 for tokens <= 16.
 // kRowGroups: groups of 8 weight rows per warp, all multiplied by the same x registers.
 // A CTA owns rows [blockIdx.x * 8 kRowGroups, +8 kRowGroups); its warps take interleaved runs of kUnroll
