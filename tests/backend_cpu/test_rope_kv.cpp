@@ -39,39 +39,54 @@ void reference_head(const float* x, const float* norm, double eps, const float* 
   }
 }
 
+// One step's inputs: qkv in [-range, range], the norms (when the case has them), a rope table of max_pos
+// positions, random positions (the first at the table's end) and the given slots (-1: no cache write).
+struct RopeStep {
+  static constexpr float kEps = 1e-6f;
+  test::OwnedTensor qkv, q_norm, k_norm, rope, positions_t, slots_t;
+  std::vector<int32_t> positions, slots;
+
+  RopeStep(CpuBackend& backend, const RopeCase& c, std::mt19937& rng, int32_t max_pos, float range,
+           std::vector<int32_t> slot_of_token)
+      : slots(std::move(slot_of_token)) {
+    qkv = random_f32(backend, {c.tokens, (c.nh + 2 * c.nkv) * c.d}, rng, -range, range);
+    if (c.with_norm) {
+      q_norm = random_f32(backend, {c.d}, rng, 0.5f, 1.5f);
+      k_norm = random_f32(backend, {c.d}, rng, -1.5f, 1.5f);
+    }
+    rope = test::make_rope_table(backend, max_pos, c.d, 1000000.0);
+    for (int64_t t = 0; t < c.tokens; ++t) positions.push_back(static_cast<int32_t>(rng() % max_pos));
+    positions[0] = max_pos - 1;
+    positions_t = test::i32_tensor(backend, positions);
+    slots_t = test::i32_tensor(backend, slots);
+  }
+  void run(CpuBackend& backend, const RopeCase& c, KvCacheLayer& cache, test::OwnedTensor& q_out) const {
+    backend.qk_norm_rope_cache(qkv.tensor, q_norm.tensor, k_norm.tensor, kEps, positions_t.tensor, rope.tensor,
+                               slots_t.tensor, static_cast<int>(c.nh), static_cast<int>(c.nkv), static_cast<int>(c.d),
+                               cache, q_out.tensor);
+  }
+};
+
 TEST_P(RopeKv, MatchesReferenceAndWritesOnlyItsSlots) {
   const RopeCase c = GetParam();
   CpuBackend backend;
   std::mt19937 rng(static_cast<unsigned>(c.tokens * 1000 + c.nh * 10 + c.d + c.with_norm));
-  const int64_t block_size = 16, num_blocks = 7, max_pos = 2048;
-  const float eps = 1e-6f;
-  auto qkv = random_f32(backend, {c.tokens, (c.nh + 2 * c.nkv) * c.d}, rng, -2.0f, 2.0f);
-  test::OwnedTensor q_norm, k_norm;
-  if (c.with_norm) {
-    q_norm = random_f32(backend, {c.d}, rng, 0.5f, 1.5f);
-    k_norm = random_f32(backend, {c.d}, rng, -1.5f, 1.5f);
-  }
-  auto rope = test::make_rope_table(backend, max_pos, c.d, 1000000.0);
-  std::vector<int32_t> positions(c.tokens), slots(c.tokens);
-  std::vector<int32_t> free_slots(block_size * num_blocks);
+  const int64_t block_size = 16, num_blocks = 7;
+  std::vector<int32_t> free_slots(block_size * num_blocks), slots(c.tokens);
   std::iota(free_slots.begin(), free_slots.end(), 0);
   std::shuffle(free_slots.begin(), free_slots.end(), rng);
-  for (int64_t t = 0; t < c.tokens; ++t) {
-    positions[t] = static_cast<int32_t>(rng() % max_pos);
+  for (int64_t t = 0; t < c.tokens; ++t)
     slots[t] = (t % 5 == 1) ? -1 : free_slots[t];  // every fifth token (from the second) writes nothing
-  }
-  positions[0] = max_pos - 1;
-  auto positions_t = test::i32_tensor(backend, positions);
-  auto slots_t = test::i32_tensor(backend, slots);
+  const RopeStep step(backend, c, rng, 2048, 2.0f, slots);
+  const float eps = RopeStep::kEps;
+  const auto &qkv = step.qkv, &q_norm = step.q_norm, &k_norm = step.k_norm, &rope = step.rope;
+  const std::vector<int32_t>& positions = step.positions;
   auto k_cache = random_f32(backend, {num_blocks, block_size, c.nkv, c.d}, rng);
   auto v_cache = random_f32(backend, {num_blocks, block_size, c.nkv, c.d}, rng);
   const auto k_before = k_cache.to_vector(), v_before = v_cache.to_vector();
   KvCacheLayer cache{k_cache.tensor, v_cache.tensor};
   auto q_out = poisoned_f32(backend, {c.tokens, c.nh * c.d});
-
-  backend.qk_norm_rope_cache(qkv.tensor, q_norm.tensor, k_norm.tensor, eps, positions_t.tensor, rope.tensor,
-                             slots_t.tensor, static_cast<int>(c.nh), static_cast<int>(c.nkv), static_cast<int>(c.d),
-                             cache, q_out.tensor);
+  step.run(backend, c, cache, q_out);
 
   const int64_t width = (c.nh + 2 * c.nkv) * c.d;
   std::vector<double> want, scale;
@@ -111,21 +126,10 @@ TEST_P(RopeKv, Fp8CacheHoldsTheCodesOfTheF32Values) {
   const RopeCase c = GetParam();
   CpuBackend backend;
   std::mt19937 rng(static_cast<unsigned>(c.tokens * 1000 + c.nh * 10 + c.d + c.with_norm + 7));
-  const int64_t block_size = 16, num_blocks = 5, max_pos = 512, slots_total = block_size * num_blocks;
-  auto qkv = random_f32(backend, {c.tokens, (c.nh + 2 * c.nkv) * c.d}, rng, -3.0f, 3.0f);
-  test::OwnedTensor q_norm, k_norm;
-  if (c.with_norm) {
-    q_norm = random_f32(backend, {c.d}, rng, 0.5f, 1.5f);
-    k_norm = random_f32(backend, {c.d}, rng, -1.5f, 1.5f);
-  }
-  auto rope = test::make_rope_table(backend, max_pos, c.d, 1000000.0);
-  std::vector<int32_t> positions(c.tokens), slots(c.tokens);
-  for (int64_t t = 0; t < c.tokens; ++t) {
-    positions[t] = static_cast<int32_t>(rng() % max_pos);
-    slots[t] = (t % 4 == 2) ? -1 : static_cast<int32_t>((t * 7 + 3) % slots_total);
-  }
-  auto positions_t = test::i32_tensor(backend, positions);
-  auto slots_t = test::i32_tensor(backend, slots);
+  const int64_t block_size = 16, num_blocks = 5, slots_total = block_size * num_blocks;
+  std::vector<int32_t> slots(c.tokens);
+  for (int64_t t = 0; t < c.tokens; ++t) slots[t] = (t % 4 == 2) ? -1 : static_cast<int32_t>((t * 7 + 3) % slots_total);
+  const RopeStep step(backend, c, rng, 512, 3.0f, slots);
   auto k_f32 = random_f32(backend, {num_blocks, block_size, c.nkv, c.d}, rng);
   auto v_f32 = random_f32(backend, {num_blocks, block_size, c.nkv, c.d}, rng);
   auto k_fp8 = test::make_tensor(backend, DType::F8_E4M3, {num_blocks, block_size, c.nkv, c.d});
@@ -137,13 +141,8 @@ TEST_P(RopeKv, Fp8CacheHoldsTheCodesOfTheF32Values) {
   KvCacheLayer fp8_cache{k_fp8.tensor, v_fp8.tensor, k_scale, v_scale};
   auto q_f32 = poisoned_f32(backend, {c.tokens, c.nh * c.d});
   auto q_fp8 = poisoned_f32(backend, {c.tokens, c.nh * c.d});
-  const auto run = [&](KvCacheLayer& cache, test::OwnedTensor& q_out) {
-    backend.qk_norm_rope_cache(qkv.tensor, q_norm.tensor, k_norm.tensor, 1e-6f, positions_t.tensor, rope.tensor,
-                               slots_t.tensor, static_cast<int>(c.nh), static_cast<int>(c.nkv), static_cast<int>(c.d),
-                               cache, q_out.tensor);
-  };
-  run(f32_cache, q_f32);
-  run(fp8_cache, q_fp8);
+  step.run(backend, c, f32_cache, q_f32);
+  step.run(backend, c, fp8_cache, q_fp8);
   for (int64_t i = 0; i < q_f32.numel(); ++i) ASSERT_EQ(q_fp8.f32()[i], q_f32.f32()[i]) << i;
   std::vector<bool> written(slots_total, false);
   for (int32_t slot : slots)

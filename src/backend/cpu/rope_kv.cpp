@@ -97,25 +97,28 @@ void CpuBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, con
   float* q = q_out.as<float>();
   const int64_t row_width = (nh + 2 * nkv) * d;
   const bool fp8 = cache.is_fp8();
-#pragma omp parallel for num_threads(num_threads_) schedule(static) if (tokens * row_width > (1 << 14))
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* row = in + t * row_width;
-    const float* rope_row = table + static_cast<int64_t>(pos[t]) * d;
-    for (int64_t h = 0; h < nh; ++h) norm_rope_head(row + h * d, qn, eps, rope_row, d, q + (t * nh + h) * d);
-    if (slots[t] < 0) continue;
-    const int64_t slot = slots[t];
+#pragma omp parallel num_threads(num_threads_) if (tokens * row_width > (1 << 14))
+  {
     std::vector<float> k_row(fp8 ? static_cast<size_t>(d) : 0);  // FP8: K in fp32 before rounding
-    for (int64_t h = 0; h < nkv; ++h) {
-      const int64_t at = (slot * nkv + h) * d;
-      const float* v_row = row + (nh + nkv + h) * d;
-      if (!fp8) {
-        norm_rope_head(row + (nh + h) * d, kn, eps, rope_row, d, cache.k.as<float>() + at);
-        std::memcpy(cache.v.as<float>() + at, v_row, static_cast<size_t>(d) * sizeof(float));
-        continue;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float* row = in + t * row_width;
+      const float* rope_row = table + static_cast<int64_t>(pos[t]) * d;
+      for (int64_t h = 0; h < nh; ++h) norm_rope_head(row + h * d, qn, eps, rope_row, d, q + (t * nh + h) * d);
+      if (slots[t] < 0) continue;
+      const int64_t slot = slots[t];
+      for (int64_t h = 0; h < nkv; ++h) {
+        const int64_t at = (slot * nkv + h) * d;
+        const float* v_row = row + (nh + nkv + h) * d;
+        if (!fp8) {
+          norm_rope_head(row + (nh + h) * d, kn, eps, rope_row, d, cache.k.as<float>() + at);
+          std::memcpy(cache.v.as<float>() + at, v_row, static_cast<size_t>(d) * sizeof(float));
+          continue;
+        }
+        norm_rope_head(row + (nh + h) * d, kn, eps, rope_row, d, k_row.data());
+        quantize_fp8(k_row.data(), cache.k_scale, d, cache.k.as<uint8_t>() + at);
+        quantize_fp8(v_row, cache.v_scale, d, cache.v.as<uint8_t>() + at);
       }
-      norm_rope_head(row + (nh + h) * d, kn, eps, rope_row, d, k_row.data());
-      quantize_fp8(k_row.data(), cache.k_scale, d, cache.k.as<uint8_t>() + at);
-      quantize_fp8(v_row, cache.v_scale, d, cache.v.as<uint8_t>() + at);
     }
   }
 }
