@@ -2,12 +2,14 @@
 #include "backend/cuda/bf16_vec.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/programmatic_launch.cuh"
 
 namespace nanovllm::cuda {
 namespace {
 
 __global__ void silu_and_mul_kernel(const __nv_bfloat16* __restrict__ gate_up, __nv_bfloat16* __restrict__ out,
                                     int64_t total_vecs, int inter) {
+  start_after_previous_grid();
   const int vecs_per_row = inter / 8;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total_vecs;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -31,8 +33,8 @@ void launch_silu_and_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int n
   if (total == 0) return;
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, 132 * 16);
-  silu_and_mul_kernel<<<static_cast<int>(blocks), kThreads, 0, stream>>>(gate_up, out, total, inter);
-  NANOVLLM_CHECK_LAUNCH("silu_and_mul_kernel");
+  launch_programmatic("silu_and_mul_kernel", silu_and_mul_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+                      0, stream, gate_up, out, total, inter);
 }
 
 }  // namespace nanovllm::cuda

@@ -1,5 +1,5 @@
 #pragma once
-// Shared by the decode and prefill attention kernels: argument checks, launch checks, 16-byte bf16 vectors and
+// Shared by the decode and prefill attention kernels: argument checks, CUDA call checks, 16-byte bf16 vectors and
 // the cache's eight-value loads (bf16 or FP8).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -13,15 +13,6 @@
 #include "common/error.h"
 
 namespace nanovllm::cuda::attention_detail {
-
-// After each launch: a bad configuration (or a sticky error of earlier work) becomes an EngineError.
-inline void check_launch(const char* kernel) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    throw EngineError(std::string("attention kernel ") + kernel + " failed to launch: " + cudaGetErrorName(err) + " (" +
-                      cudaGetErrorString(err) + ")");
-  }
-}
 
 inline void check_cuda(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {

@@ -18,6 +18,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_decode_plan.cuh"
+#include "backend/cuda/programmatic_launch.cuh"
 
 namespace nanovllm::cuda {
 namespace {
@@ -109,6 +110,7 @@ template <int D, int G, bool kFp8>
 __global__ void __launch_bounds__(kDecodeThreads)
     decode_split_kernel(PagedAttentionArgs a, int num_splits, int plan_chunk, bool spread, float* ws_acc, float* ws_ml,
                         int* counters_end) {
+  start_after_previous_grid();
   // Values per lane: 8 (one 16-byte load of bf16). FP8 with small groups: 16 codes (one 16-byte load), so half
   // the lanes share a key and each key costs fewer shuffles; the per-lane queries and accumulators double, which
   // larger groups cannot afford in registers (or in sm_acc), so they load 8 codes (8 bytes) a lane.
@@ -321,14 +323,9 @@ void launch_decode(const PagedAttentionArgs& a, const DecodePlan& plan, float* w
                    cudaStream_t stream) {
   const dim3 grid(a.num_kv_heads, a.num_seqs, plan.num_splits);
   const bool spread = a.num_seqs * a.num_kv_heads < kDecodeTargetCtas / 2;  // see seq_chunk
-  if (a.fp8_cache) {
-    decode_split_kernel<D, G, true>
-        <<<grid, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk, spread, ws_acc, ws_ml, counters_end);
-  } else {
-    decode_split_kernel<D, G, false>
-        <<<grid, kDecodeThreads, 0, stream>>>(a, plan.num_splits, plan.chunk, spread, ws_acc, ws_ml, counters_end);
-  }
-  check_launch("decode_split_kernel");
+  const auto kernel = a.fp8_cache ? decode_split_kernel<D, G, true> : decode_split_kernel<D, G, false>;
+  launch_programmatic("decode_split_kernel", kernel, grid, dim3(kDecodeThreads), 0, stream, a, plan.num_splits,
+                      plan.chunk, spread, ws_acc, ws_ml, counters_end);
 }
 
 template <int D>

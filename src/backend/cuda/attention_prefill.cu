@@ -19,6 +19,7 @@
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/fp8_vec.cuh"
+#include "backend/cuda/programmatic_launch.cuh"
 
 namespace nanovllm::cuda {
 namespace {
@@ -56,6 +57,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
   __nv_bfloat16* sm_v = sm_k + kStages * kTileElems;                              // [kStages][kPrefillKeys * D]
   uint8_t* sm_k_codes = reinterpret_cast<uint8_t*>(sm_v + kStages * kTileElems);  // FP8: [kPrefillKeys * D]
   uint8_t* sm_v_codes = sm_k_codes + kTileElems;
+  start_after_previous_grid();
 
   const int seq = blockIdx.z;
   const int head = blockIdx.y;
@@ -306,8 +308,7 @@ void launch_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
                "paged_attention_prefill: cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   }
   const dim3 grid((a.max_seqlen_q + kPrefillRows - 1) / kPrefillRows, a.num_heads, a.num_seqs);
-  prefill_kernel<D, kFp8><<<grid, kPrefillThreads, smem, stream>>>(a);
-  check_launch("prefill_kernel");
+  launch_programmatic("prefill_kernel", prefill_kernel<D, kFp8>, grid, dim3(kPrefillThreads), smem, stream, a);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_vec.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/programmatic_launch.cuh"
 
 namespace nanovllm::cuda {
 namespace {
@@ -14,6 +15,7 @@ constexpr int kBlock = 128;  // rows and columns per scale
 __global__ void __launch_bounds__(kThreads)
     dequantize_fp8_weight_kernel(const uint8_t* __restrict__ codes, const float* __restrict__ block_scale,
                                  __nv_bfloat16* __restrict__ out, int n, int k) {
+  start_after_previous_grid();
   const int64_t chunks_per_row = k / 8;
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (chunk >= static_cast<int64_t>(n) * chunks_per_row) return;
@@ -35,9 +37,9 @@ void launch_dequantize_fp8_weight(const uint8_t* codes, const float* block_scale
   if (n == 0 || k == 0) return;
   if (k % 8 != 0) throw EngineError("dequantize_fp8_weight: K " + std::to_string(k) + " is not a multiple of 8");
   const int64_t chunks = static_cast<int64_t>(n) * (k / 8);
-  dequantize_fp8_weight_kernel<<<static_cast<unsigned>((chunks + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      codes, block_scale, out, n, k);
-  NANOVLLM_CHECK_LAUNCH("dequantize_fp8_weight_kernel");
+  launch_programmatic("dequantize_fp8_weight_kernel", dequantize_fp8_weight_kernel,
+                      dim3(static_cast<unsigned>((chunks + kThreads - 1) / kThreads)), dim3(kThreads), 0, stream, codes,
+                      block_scale, out, n, k);
 }
 
 }  // namespace nanovllm::cuda

@@ -107,7 +107,7 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Plan& plan, const ShapeK
 void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
                DType out_dtype, int m, int n, int k, cudaStream_t stream) {
   const GemvArgs gemv{x, weight, bias, out, out_dtype, m, n, k};
-  if (gemv_supports(gemv)) return launch_gemv(gemv, sm_count_, stream, kGemvOverlapPreviousKernel);
+  if (gemv_supports(gemv)) return launch_gemv(gemv, sm_count_, stream);
   run_cublaslt(x, weight, bias, out, out_dtype, m, n, k, stream);
 }
 

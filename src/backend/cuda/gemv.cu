@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_vec.cuh"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/programmatic_launch.cuh"
 
 namespace nanovllm::cuda {
 namespace {
@@ -51,15 +52,6 @@ __device__ __forceinline__ uint4 load_activation_or_zero(const __nv_bfloat16* p,
   return v;
 }
 
-// Programmatic dependent launch: when the GEMV is launched with overlap_previous_kernel, it may start while
-// the previous kernel of the stream is still running; this waits for that kernel's completion and memory.
-// Without the launch attribute it returns at once. Only weight loads (constant) are issued before it.
-__device__ __forceinline__ void wait_for_previous_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // c[4] += A (16 × 16 bf16, row-major fragments a0..a3) · B (16 × 8 bf16, column fragments b0, b1).
 __device__ __forceinline__ void mma_bf16_m16n8k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                   uint32_t b0, uint32_t b1) {
@@ -97,6 +89,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   constexpr int kWeightBytes = kFp8 ? 1 : 2;
   __shared__ float4 partial[kMaxWarps][kRowGroups][32];
 
+  allow_next_grid();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int row0 = blockIdx.x * (kRowsPerGroup * kRowGroups);
@@ -133,7 +126,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       for (int r = 0; r < kRowGroups; ++r)
         wv[u][r] = load_weight_or_zero(reinterpret_cast<const __nv_bfloat16*>(w_row[r] + kk * kWeightBytes), live);
     }
-    if (round == 0) wait_for_previous_grid();  // everything below may read the previous kernel's output
+    // Under a programmatic launch the weights above stream in while the previous kernel finishes; everything
+    // below may read its output.
+    if (round == 0) wait_for_previous_grid();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int kk = (round + warp * kUnroll + u) * kStep + kLaneK * c;
@@ -203,56 +198,38 @@ int row_groups_for(int tokens, int n, int sm_count) {
   return groups;
 }
 
-struct LaunchOptions {
-  int row_groups;
-  bool overlap_previous_kernel;
-};
-
 template <int kTokenHalves, int kRowGroups, typename OutT>
-void launch(const GemvArgs& a, bool overlap_previous_kernel, cudaStream_t stream) {
+void launch(const GemvArgs& a, cudaStream_t stream) {
   const bool fp8 = a.weight_fp8 != nullptr;
   const int unroll = unroll_for(kRowGroups);
   const int steps = (a.k + step_k(fp8) - 1) / step_k(fp8);
   const int warps = std::clamp((steps + unroll - 1) / unroll, 1, kMaxWarps);
   const int rows_per_cta = kRowsPerGroup * kRowGroups;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>((a.n + rows_per_cta - 1) / rows_per_cta));
-  config.blockDim = dim3(static_cast<unsigned>(warps * 32));
-  config.stream = stream;
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
-  if (overlap_previous_kernel) {
-    config.attrs = &overlap;
-    config.numAttrs = 1;
-  }
+  const dim3 grid(static_cast<unsigned>((a.n + rows_per_cta - 1) / rows_per_cta));
+  const dim3 block(static_cast<unsigned>(warps * 32));
   const void* weight = fp8 ? static_cast<const void*>(a.weight_fp8) : static_cast<const void*>(a.weight);
-  if (fp8) {
-    NANOVLLM_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kTokenHalves, kRowGroups, OutT, true>, a.x, weight,
-                                           a.block_scale, a.bias, static_cast<OutT*>(a.out), a.tokens, a.n, a.k));
-  } else {
-    NANOVLLM_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<kTokenHalves, kRowGroups, OutT, false>, a.x, weight,
-                                           a.block_scale, a.bias, static_cast<OutT*>(a.out), a.tokens, a.n, a.k));
-  }
-  NANOVLLM_CHECK_LAUNCH("gemv_kernel");
+  const auto kernel =
+      fp8 ? gemv_kernel<kTokenHalves, kRowGroups, OutT, true> : gemv_kernel<kTokenHalves, kRowGroups, OutT, false>;
+  launch_programmatic("gemv_kernel", kernel, grid, block, 0, stream, a.x, weight, a.block_scale, a.bias,
+                      static_cast<OutT*>(a.out), a.tokens, a.n, a.k);
 }
 
 template <int kTokenHalves, typename OutT>
-void launch_with_groups(const GemvArgs& a, LaunchOptions o, cudaStream_t stream) {
-  switch (o.row_groups) {
+void launch_with_groups(const GemvArgs& a, int row_groups, cudaStream_t stream) {
+  switch (row_groups) {
     case 1:
-      return launch<kTokenHalves, 1, OutT>(a, o.overlap_previous_kernel, stream);
+      return launch<kTokenHalves, 1, OutT>(a, stream);
     case 2:
-      return launch<kTokenHalves, 2, OutT>(a, o.overlap_previous_kernel, stream);
+      return launch<kTokenHalves, 2, OutT>(a, stream);
     default:
-      return launch<kTokenHalves, 4, OutT>(a, o.overlap_previous_kernel, stream);
+      return launch<kTokenHalves, 4, OutT>(a, stream);
   }
 }
 
 template <typename OutT>
-void launch_with_out(const GemvArgs& a, LaunchOptions o, cudaStream_t stream) {
-  if (a.tokens <= 8) return launch_with_groups<1, OutT>(a, o, stream);
-  return launch_with_groups<2, OutT>(a, o, stream);
+void launch_with_out(const GemvArgs& a, int row_groups, cudaStream_t stream) {
+  if (a.tokens <= 8) return launch_with_groups<1, OutT>(a, row_groups, stream);
+  return launch_with_groups<2, OutT>(a, row_groups, stream);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -268,15 +245,15 @@ bool gemv_supports(const GemvArgs& a) {
          weight_ok && a.out != nullptr && aligned16(a.x) && (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32);
 }
 
-void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream, bool overlap_previous_kernel) {
+void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   if (!gemv_supports(a)) {
     throw InvalidInput("gemv: unsupported call tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) +
                        " k=" + std::to_string(a.k) + " (needs 1 <= tokens <= " + std::to_string(kGemvMaxTokens) +
                        ", k % 8 == 0, 16-byte aligned x and weight, BF16 or F32 out)");
   }
-  const LaunchOptions options{row_groups_for(a.tokens, a.n, std::max(sm_count, 1)), overlap_previous_kernel};
-  if (a.out_dtype == DType::F32) return launch_with_out<float>(a, options, stream);
-  launch_with_out<__nv_bfloat16>(a, options, stream);
+  const int row_groups = row_groups_for(a.tokens, a.n, std::max(sm_count, 1));
+  if (a.out_dtype == DType::F32) return launch_with_out<float>(a, row_groups, stream);
+  launch_with_out<__nv_bfloat16>(a, row_groups, stream);
 }
 
 }  // namespace nanovllm::cuda

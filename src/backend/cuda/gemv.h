@@ -36,13 +36,9 @@ struct GemvArgs {
 bool gemv_supports(const GemvArgs& args);
 
 // Enqueues the GEMV on `stream`; throws InvalidInput when !gemv_supports(args). sm_count: the device's
-// multiprocessor count (sizes the grid). overlap_previous_kernel launches it as a programmatic dependent
-// launch (sm_90): its CTAs may start, and stream their first weights, while the previous kernel of the
-// stream finishes; they read x and write out only after that kernel has completed.
-void launch_gemv(const GemvArgs& args, int sm_count, cudaStream_t stream, bool overlap_previous_kernel = false);
-
-// Whether Gemm::run launches the GEMV with overlap_previous_kernel. Off until measured on the device
-// (bench_gemv prints both; the graph-captured tests cover both).
-inline constexpr bool kGemvOverlapPreviousKernel = false;
+// multiprocessor count (sizes the grid). Launched as a programmatic dependent launch where enabled
+// (programmatic_launch.h): its CTAs may start, and stream their first weights, while the previous kernel of
+// the stream finishes; they read x and write out only after that kernel has completed.
+void launch_gemv(const GemvArgs& args, int sm_count, cudaStream_t stream);
 
 }  // namespace nanovllm::cuda

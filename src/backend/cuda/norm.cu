@@ -4,6 +4,7 @@
 // out may alias x (each thread reads its vectors before it writes them), so x and out are not __restrict__.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/programmatic_launch.cuh"
 #include "backend/cuda/rms_norm_row.cuh"
 
 namespace nanovllm::cuda {
@@ -13,6 +14,7 @@ template <int kVecs, bool kAddResidual>
 __global__ void rms_norm_kernel(const __nv_bfloat16* x, __nv_bfloat16* residual,
                                 const __nv_bfloat16* __restrict__ weight, float eps, __nv_bfloat16* out, int hidden) {
   __shared__ float scratch[32];
+  start_after_previous_grid();
   const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
   rms_norm_row<kVecs, kAddResidual>([&](int v, float(&f)[8]) { to_float8(load_bf16x8(x + base + v * 8), f); },
                                     kAddResidual ? residual + base : nullptr, weight, eps, hidden, out + base, scratch);
@@ -23,12 +25,11 @@ void launch(const __nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16
             int rows, int hidden, cudaStream_t stream) {
   if (rows == 0) return;
   const int threads = rms_norm_threads(hidden);
-  if (rms_norm_vectors_per_thread(hidden) == 1) {
-    rms_norm_kernel<1, kAddResidual><<<rows, threads, 0, stream>>>(x, residual, weight, eps, out, hidden);
-  } else {
-    rms_norm_kernel<2, kAddResidual><<<rows, threads, 0, stream>>>(x, residual, weight, eps, out, hidden);
-  }
-  NANOVLLM_CHECK_LAUNCH(kAddResidual ? "add_rms_norm_kernel" : "rms_norm_kernel");
+  const auto kernel =
+      rms_norm_vectors_per_thread(hidden) == 1 ? rms_norm_kernel<1, kAddResidual> : rms_norm_kernel<2, kAddResidual>;
+  launch_programmatic(kAddResidual ? "add_rms_norm_kernel" : "rms_norm_kernel", kernel,
+                      dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream, x, residual,
+                      weight, eps, out, hidden);
 }
 
 }  // namespace

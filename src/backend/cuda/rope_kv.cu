@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_vec.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/programmatic_launch.cuh"
 
 namespace nanovllm::cuda {
 namespace {
@@ -17,6 +18,7 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(const QkNormRopeCacheArgs a) {
   constexpr int kLanes = kHeadDim / 8;  // lanes per (token, head)
   constexpr int kHalfLanes = kLanes / 2;
+  start_after_previous_grid();
   const int heads_total = a.num_heads + 2 * a.num_kv_heads;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (kThreads / kLanes) + threadIdx.x / kLanes;
   const bool valid = item < static_cast<int64_t>(a.num_tokens) * heads_total;
@@ -90,8 +92,8 @@ void launch_for(const QkNormRopeCacheArgs& args, cudaStream_t stream) {
   constexpr int kItemsPerBlock = kThreads / (kHeadDim / 8);
   const int64_t items = static_cast<int64_t>(args.num_tokens) * (args.num_heads + 2 * args.num_kv_heads);
   const int64_t blocks = (items + kItemsPerBlock - 1) / kItemsPerBlock;
-  qk_norm_rope_cache_kernel<kHeadDim><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
-  NANOVLLM_CHECK_LAUNCH("qk_norm_rope_cache_kernel");
+  launch_programmatic("qk_norm_rope_cache_kernel", qk_norm_rope_cache_kernel<kHeadDim>,
+                      dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, args);
 }
 
 }  // namespace

@@ -128,9 +128,9 @@ TEST_F(GemvTest, GemmRoutesSmallMAndAgreesWithCublasLt) {
   }
 }
 
-// A GEMV launched with overlap_previous_kernel (programmatic dependent launch) reads x only after the
-// previous kernel is done: chain y = x W1^T, z = y W2^T with the second launch overlapped, eagerly and as a
-// replayed graph (y is re-poisoned before each run, so reading it early gives NaN or stale values).
+// Under programmatic dependent launch (on by default on sm_90) a GEMV reads x only after the previous kernel
+// is done: chain y = x W1^T, z = y W2^T, eagerly and as a replayed graph (y is re-poisoned before each run, so
+// reading it early gives NaN or stale values).
 TEST_F(GemvTest, OverlappedLaunchReadsThePreviousKernelsOutput) {
   const int t = 3, k1 = 1024, n1 = 3072, n2 = 1024;
   const auto x = random_bf16_values(rng_, int64_t{t} * k1);
@@ -144,7 +144,7 @@ TEST_F(GemvTest, OverlappedLaunchReadsThePreviousKernelsOutput) {
     cuda::launch_gemv({gx.as<__nv_bfloat16>(), gw1.as<__nv_bfloat16>(), nullptr, y.data, DType::BF16, t, n1, k1}, sms,
                       gpu().stream());
     cuda::launch_gemv({y.as<__nv_bfloat16>(), gw2.as<__nv_bfloat16>(), nullptr, z.data, DType::F32, t, n2, n1}, sms,
-                      gpu().stream(), /*overlap_previous_kernel=*/true);
+                      gpu().stream());
   };
   const std::vector<unsigned char> poison_y(y.bytes(), 0xFF), poison_z(z.bytes(), 0xFF);
   chain();

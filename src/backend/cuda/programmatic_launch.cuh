@@ -1,0 +1,60 @@
+#pragma once
+// Programmatic dependent launch (sm_90+): kernels launched with launch_programmatic() may become resident
+// while the previous kernel of their stream still runs, so a decode step's ~250 small kernels stop paying a
+// launch gap each. The contract every such kernel keeps: it calls start_after_previous_grid() before its
+// first access to memory another kernel writes or reads (constant weights may be read before, as the GEMV
+// does), because until then the previous kernel may still be running. Kernels launched the ordinary way are
+// fully ordered as always, so mixing both is safe.
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/programmatic_launch.h"
+
+namespace nanovllm::cuda {
+
+// Lets the stream's next kernel launch now (its CTAs then wait in their own start_after_previous_grid()).
+__device__ __forceinline__ void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Waits until the previous kernel of the stream has completed and its writes are visible; returns at once
+// for a kernel launched the ordinary way.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// The usual prologue: the next kernel may launch (and wait) while this one runs after its predecessor.
+__device__ __forceinline__ void start_after_previous_grid() {
+  allow_next_grid();
+  wait_for_previous_grid();
+}
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...), with the programmatic-serialisation attribute when
+// programmatic_launch_enabled(); `name` names the kernel in launch errors.
+template <typename... Params, typename... Args>
+void launch_programmatic(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                         cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic_launch_enabled()) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) throw_cuda_error(err, (std::string("kernel ") + name).c_str(), __FILE__, __LINE__);
+  check_launch(name, __FILE__, __LINE__);
+}
+
+}  // namespace nanovllm::cuda
