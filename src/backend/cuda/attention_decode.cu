@@ -31,7 +31,8 @@ constexpr int kDecodeThreads = 128;
 // shorter sequence's splits would be empty: when the launch has few (sequence, KV head) pairs (`spread`,
 // fewer than half the CTA target, e.g. 8B shapes under tensor parallelism), each sequence's own keys are
 // spread evenly over the splits instead, so that every CTA has work. Whole CTA iterations, at least
-// kDecodeMinChunk, never more than the plan's chunk (which covers max_seqlen_k >= seq_len keys). With
+// kDecodeChunkAlign keys (a short sequence's few keys then take several CTAs, each with a shorter chain of
+// dependent loads), never more than the plan's chunk (which covers max_seqlen_k >= seq_len keys). With
 // enough pairs the extra merge work costs more than it gains (measured on an H200 while the merge was a second
 // kernel: 0.6B shapes, bucket 144, 8 KV heads: workload 6.47 s spread against 6.29-6.34 s not), so the plan's
 // chunk is kept.
@@ -39,11 +40,12 @@ __device__ __forceinline__ int seq_chunk(bool spread, int seq_len, int num_split
   if (!spread) return plan_chunk;
   const int even = (max(seq_len, 1) + num_splits - 1) / num_splits;
   const int aligned = (even + kDecodeChunkAlign - 1) / kDecodeChunkAlign * kDecodeChunkAlign;
-  return min(max(aligned, kDecodeMinChunk), plan_chunk);
+  return min(max(aligned, kDecodeChunkAlign), plan_chunk);
 }
 
-// Called by every thread of each split CTA of a (sequence, KV head) once its partial is written. The CTA that
-// arrives last (an atomic counter in the workspace, left at zero for the next launch) weights each split's
+// Called by every thread of each split CTA of a (sequence, KV head) that holds keys (split 0 always counts, so
+// that even a sequence without keys gets its row written) once its partial is written. The CTA that arrives
+// last (an atomic counter in the workspace, left at zero for the next launch) weights each split's
 // normalised partial by sum * 2^(max - global max) and writes the bf16 output rows of the GQA group.
 // Everything is recomputed from the launch arguments: values kept live across the split's key loop cost it
 // registers, and occupancy (125 -> 166 registers a thread at 4 query heads per KV head when they were).
@@ -54,9 +56,13 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, int n
   __threadfence();  // this CTA's partial is visible on every SM before the CTA counts itself in
   __syncthreads();
   if (threadIdx.x == 0) {
-    // One counter per (sequence, KV head), at the workspace's end, counted backwards.
+    // One counter per (sequence, KV head), at the workspace's end, counted backwards. Recomputed here rather
+    // than kept live through the key loop (registers, see above).
+    const int seq_len = a.seq_lens_k[blockIdx.y];
+    const int chunk = seq_chunk(spread, seq_len, num_splits, plan_chunk);
+    const int arrivals = max(1, min(num_splits, (seq_len + chunk - 1) / chunk));
     int* counter = counters_end - 1 - (static_cast<size_t>(blockIdx.y) * a.num_kv_heads + blockIdx.x);
-    is_last = atomicAdd(counter, 1) == num_splits - 1;
+    is_last = atomicAdd(counter, 1) == arrivals - 1;
     if (is_last) *counter = 0;  // every split has arrived: nothing else touches it in this launch
   }
   __syncthreads();
@@ -146,7 +152,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int tid = threadIdx.x;
   const size_t ws_base = (static_cast<size_t>(seq) * a.num_heads + head0) * num_splits + split;
 
-  if (num_splits > 1 && kv_begin >= kv_end) {  // past this sequence's end: mark empty (sum 0) and leave
+  if (num_splits > 1 && kv_begin >= kv_end) {  // past this sequence's end
+    // A graph's grid is planned for its longest sequence: such splits leave at once, uncounted, except split 0
+    // of a sequence without keys, which marks itself empty (sum 0) for the merge.
+    if (split > 0) return;
     if (tid < group_size) {
       ws_ml[2 * (ws_base + static_cast<size_t>(tid) * num_splits)] = -INFINITY;
       ws_ml[2 * (ws_base + static_cast<size_t>(tid) * num_splits) + 1] = 0.f;
