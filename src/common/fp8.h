@@ -13,6 +13,8 @@ constexpr float kFp8E4m3Max = 448.0f;
 // Block-scaled FP8 weights (Qwen's and DeepSeek's checkpoints): one scale per kFp8BlockSize x kFp8BlockSize
 // block of a linear's [N, K] weight.
 constexpr int64_t kFp8BlockSize = 128;
+// The scale blocks along a dimension of `size` elements: ceil(size / kFp8BlockSize).
+constexpr int64_t fp8_blocks(int64_t size) { return (size + kFp8BlockSize - 1) / kFp8BlockSize; }
 
 inline float fp8_e4m3_to_float(uint8_t code) {
   const float sign = (code & 0x80u) != 0 ? -1.0f : 1.0f;

@@ -8,8 +8,6 @@
 
 namespace nanovllm {
 
-int64_t fp8_blocks(int64_t size) { return (size + kFp8BlockSize - 1) / kFp8BlockSize; }
-
 Fp8Matrix quantize_fp8_blocks(const HostTensorView& weight) {
   Fp8Matrix m;
   m.rows = weight.shape.empty() ? 1 : weight.shape[0];

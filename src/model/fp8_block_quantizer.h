@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/fp8.h"  // kFp8BlockSize, fp8_blocks
 #include "model/safetensors.h"
 
 namespace nanovllm {
@@ -15,9 +16,6 @@ struct Fp8Matrix {
   std::vector<uint8_t> codes;  // F8_E4M3 [rows, cols]
   std::vector<float> scales;   // [ceil(rows / 128), ceil(cols / 128)]
 };
-
-// The scale blocks along a dimension of `size` elements: ceil(size / 128).
-int64_t fp8_blocks(int64_t size);
 
 // Quantises a row-major [rows, cols] weight of F32, BF16 or F16 (a 1-D view is one column); blocks start at
 // element (0, 0). Throws EngineError for another dtype.

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "common/error.h"
-#include "common/half_float.h"
+#include "common/fp8.h"
 #include "common/quoted.h"
 #include "model/finite_check.h"
 #include "model/fp8_quantizing_weights.h"
@@ -123,13 +123,16 @@ std::unique_ptr<CheckpointWeights> CheckpointWeights::open(const std::filesystem
 }
 
 HostTensor CheckpointWeights::get(const std::string& name, const std::vector<int64_t>& expected_shape) {
-  check_shape(reader_.file_of(name).string() + ": ", name, reader_.get(name).shape, expected_shape);
-  return get_as_stored(name);
+  return read(name, &expected_shape);
 }
 
-HostTensor CheckpointWeights::get_as_stored(const std::string& name) {
+HostTensor CheckpointWeights::get_as_stored(const std::string& name) { return read(name, nullptr); }
+
+HostTensor CheckpointWeights::read(const std::string& name, const std::vector<int64_t>* expected_shape) {
   HostTensorView view = reader_.get(name);
-  check_finite_sample(view, reader_.file_of(name).string() + ": ", name);
+  const std::string where = reader_.file_of(name).string() + ": ";
+  if (expected_shape != nullptr) check_shape(where, name, view.shape, *expected_shape);
+  check_finite_sample(view, where, name);
   return aligned(std::move(view));
 }
 

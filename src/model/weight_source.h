@@ -54,6 +54,8 @@ class CheckpointWeights : public WeightSource {
   const CheckpointReader& reader() const { return reader_; }
 
  private:
+  // The stored tensor, its shape checked against *expected_shape unless that is null, its values sampled.
+  HostTensor read(const std::string& name, const std::vector<int64_t>* expected_shape);
   CheckpointReader reader_;
 };
 

@@ -19,7 +19,7 @@ namespace {
 void dequantize_rows(const uint8_t* codes, const float* scales, int64_t k, int64_t row_begin, int64_t row_end,
                      float* out) {
   const std::array<float, 256>& values = fp8_e4m3_values();
-  const int64_t scale_cols = (k + kFp8BlockSize - 1) / kFp8BlockSize;
+  const int64_t scale_cols = fp8_blocks(k);
   for (int64_t row = row_begin; row < row_end; ++row) {
     const uint8_t* code_row = codes + row * k;
     const float* scale_row = scales + (row / kFp8BlockSize) * scale_cols;
@@ -41,8 +41,7 @@ void CpuBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor&
   const cpu::LinearOperands operands = cpu::check_linear_operands(op, x, n, k, bias, out);
   const int64_t tokens = operands.tokens;
   const float* b = operands.bias;
-  cpu::require_matrix(block_scale, (n + kFp8BlockSize - 1) / kFp8BlockSize, (k + kFp8BlockSize - 1) / kFp8BlockSize, op,
-                      "block_scale");
+  cpu::require_matrix(block_scale, fp8_blocks(n), fp8_blocks(k), op, "block_scale");
   if (tokens == 0 || n == 0) return;
   const float* xs = x.as<const float>();
   const auto* codes = weight.as<const uint8_t>();

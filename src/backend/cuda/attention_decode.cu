@@ -75,8 +75,8 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, int n
   const int group_size = a.num_heads / a.num_kv_heads;
   const int head0 = kv_head * group_size;
   const size_t group_base = (static_cast<size_t>(seq) * a.num_heads + head0) * num_splits;  // split 0 of head0
-  // Splits at or past the end were marked empty; only the others hold data. Plain loads see the other CTAs'
-  // partials: their fence and atomic come before this CTA's atomic and fence (CUDA's memory model).
+  // Only the splits below `used` hold partials (those past the end left without one). Plain loads see the other
+  // CTAs' partials: their fence and atomic come before this CTA's atomic and fence (CUDA's memory model).
   const int used = min(num_splits, max(0, (seq_len + chunk - 1) / chunk));
   constexpr int kQuads = D / 4;  // 4 output dims per work item
   for (int item = threadIdx.x; item < group_size * kQuads; item += blockDim.x) {

@@ -13,6 +13,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
+#include "common/fp8.h"
 #include "common/half_float.h"
 
 namespace nanovllm {
@@ -70,6 +71,29 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 const __nv_bfloat16* bf16(const Tensor& t) { return static_cast<const __nv_bfloat16*>(t.data); }
 __nv_bfloat16* bf16_mut(const Tensor& t) { return static_cast<__nv_bfloat16*>(t.data); }
+
+struct LinearDims {
+  int m, n, k;
+};
+
+// The checks linear() and linear_fp8() share, for x [m, k] · weight [n, k]^T (+ bias [n]) into out [m, n]: x
+// BF16, the weight 2-D of weight_dtype, out BF16 or F32, bias BF16 or empty, K a multiple of 8 (any N: an odd
+// vocabulary is fine), every operand 16-byte aligned.
+LinearDims check_linear(const char* op, const Tensor& x, const Tensor& weight, DType weight_dtype, const Tensor& bias,
+                        const Tensor& out) {
+  require_dtype(x, DType::BF16, op, "x");
+  require_dtype(weight, weight_dtype, op, "weight");
+  require(out.dtype == DType::BF16 || out.dtype == DType::F32, op, "out must be BF16 or F32");
+  const int64_t k = x.dim(-1), m = x.numel() / std::max<int64_t>(k, 1), n = weight.dim(0);
+  require(weight.ndim == 2 && weight.dim(1) == k && out.numel() == m * n, op,
+          "shapes x " + x.shape_string() + ", weight " + weight.shape_string() + ", out " + out.shape_string());
+  require(bias.empty() || (bias.dtype == DType::BF16 && bias.numel() == n), op,
+          "bias " + bias.shape_string() + " must be BF16 [" + std::to_string(n) + "]");
+  require(k % 8 == 0, op, "K must be a multiple of 8");
+  require(aligned16(x.data) && aligned16(weight.data) && aligned16(out.data) && aligned16(bias.data), op,
+          "operands must be 16-byte aligned");
+  return {static_cast<int>(m), static_cast<int>(n), static_cast<int>(k)};
+}
 
 }  // namespace
 
@@ -282,19 +306,8 @@ void CudaBackend::add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& 
 
 void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) {
   make_current();
-  require_dtype(x, DType::BF16, "linear", "x");
-  require_dtype(weight, DType::BF16, "linear", "weight");
-  require(out.dtype == DType::BF16 || out.dtype == DType::F32, "linear", "out must be BF16 or F32");
-  const int64_t k = x.dim(-1), m = x.numel() / std::max<int64_t>(k, 1), n = weight.dim(0);
-  require(weight.ndim == 2 && weight.dim(1) == k && out.numel() == m * n, "linear",
-          "shapes x " + x.shape_string() + ", weight " + weight.shape_string() + ", out " + out.shape_string());
-  require(bias.empty() || (bias.dtype == DType::BF16 && bias.numel() == n), "linear",
-          "bias " + bias.shape_string() + " must be BF16 [" + std::to_string(n) + "]");
-  require(k % 8 == 0, "linear", "K must be a multiple of 8");  // any N: an odd vocabulary is fine
-  require(aligned16(x.data) && aligned16(weight.data) && aligned16(out.data) && aligned16(bias.data), "linear",
-          "operands must be 16-byte aligned");
-  gemm_->run(bf16(x), bf16(weight), bias.empty() ? nullptr : bf16(bias), out.data, out.dtype, static_cast<int>(m),
-             static_cast<int>(n), static_cast<int>(k), stream_);
+  const LinearDims d = check_linear("linear", x, weight, DType::BF16, bias, out);
+  gemm_->run(bf16(x), bf16(weight), bias.empty() ? nullptr : bf16(bias), out.data, out.dtype, d.m, d.n, d.k, stream_);
 }
 
 void CudaBackend::reserve_fp8_linear(int64_t n, int64_t k) {
@@ -306,22 +319,11 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
                              Tensor& out) {
   make_current();
   const char* op = "linear_fp8";
-  require_dtype(x, DType::BF16, op, "x");
-  require_dtype(weight, DType::F8_E4M3, op, "weight");
+  const LinearDims d = check_linear(op, x, weight, DType::F8_E4M3, bias, out);
   require_dtype(block_scale, DType::F32, op, "block_scale");
-  require(out.dtype == DType::BF16 || out.dtype == DType::F32, op, "out must be BF16 or F32");
-  const int64_t k = x.dim(-1), m = x.numel() / std::max<int64_t>(k, 1), n = weight.dim(0);
-  const auto blocks = [](int64_t v) { return (v + 127) / 128; };
-  require(weight.ndim == 2 && weight.dim(1) == k && out.numel() == m * n && block_scale.ndim == 2 &&
-              block_scale.dim(0) == blocks(n) && block_scale.dim(1) == blocks(k),
-          op,
-          "shapes x " + x.shape_string() + ", weight " + weight.shape_string() + ", block_scale " +
-              block_scale.shape_string() + ", out " + out.shape_string());
-  require(bias.empty() || (bias.dtype == DType::BF16 && bias.numel() == n), op,
-          "bias " + bias.shape_string() + " must be BF16 [" + std::to_string(n) + "]");
-  require(k % 8 == 0, op, "K must be a multiple of 8");
-  require(aligned16(x.data) && aligned16(weight.data) && aligned16(out.data) && aligned16(bias.data), op,
-          "operands must be 16-byte aligned");
+  require(block_scale.ndim == 2 && block_scale.dim(0) == fp8_blocks(d.n) && block_scale.dim(1) == fp8_blocks(d.k), op,
+          "block_scale " + block_scale.shape_string() + " must be [" + std::to_string(fp8_blocks(d.n)) + ", " +
+              std::to_string(fp8_blocks(d.k)) + "]");
   cuda::GemvArgs gemv;
   gemv.x = bf16(x);
   gemv.weight_fp8 = weight.as<uint8_t>();
@@ -329,17 +331,15 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
   gemv.bias = bias.empty() ? nullptr : bf16(bias);
   gemv.out = out.data;
   gemv.out_dtype = out.dtype;
-  gemv.tokens = static_cast<int>(m);
-  gemv.n = static_cast<int>(n);
-  gemv.k = static_cast<int>(k);
+  gemv.tokens = d.m;
+  gemv.n = d.n;
+  gemv.k = d.k;
   if (cuda::gemv_supports(gemv)) return cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
   require(fp8_weight_scratch_.bytes() >= weight.numel() * sizeof(__nv_bfloat16), op,
           "weight " + weight.shape_string() + " was not reserved (reserve_fp8_linear)");
   auto* dequantised = static_cast<__nv_bfloat16*>(fp8_weight_scratch_.data());
-  cuda::launch_dequantize_fp8_weight(weight.as<uint8_t>(), block_scale.as<float>(), dequantised, static_cast<int>(n),
-                                     static_cast<int>(k), stream_);
-  gemm_->run(bf16(x), dequantised, bias.empty() ? nullptr : bf16(bias), out.data, out.dtype, static_cast<int>(m),
-             static_cast<int>(n), static_cast<int>(k), stream_);
+  cuda::launch_dequantize_fp8_weight(weight.as<uint8_t>(), block_scale.as<float>(), dequantised, d.n, d.k, stream_);
+  gemm_->run(bf16(x), dequantised, gemv.bias, out.data, out.dtype, d.m, d.n, d.k, stream_);
 }
 
 void CudaBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,

@@ -5,12 +5,13 @@
 #include "backend/cuda/fp8_vec.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/programmatic_launch.cuh"
+#include "common/fp8.h"
 
 namespace nanovllm::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kBlock = 128;  // rows and columns per scale
+constexpr int kBlock = static_cast<int>(kFp8BlockSize);  // rows and columns per scale
 
 __global__ void __launch_bounds__(kThreads)
     dequantize_fp8_weight_kernel(const uint8_t* __restrict__ codes, const float* __restrict__ block_scale,

@@ -11,6 +11,7 @@
 #include "backend/cuda/fp8_vec.cuh"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/programmatic_launch.cuh"
+#include "common/fp8.h"
 
 namespace nanovllm::cuda {
 namespace {
@@ -19,7 +20,7 @@ constexpr int kRowsPerGroup = 8;        // the mma's N: one weight row per lane 
 constexpr int kStepK = 32;              // k per step: 4 lanes × 8 bf16 (FP8: step_k)
 constexpr int kMaxWarps = 16;           // warps of a CTA split K
 constexpr int kWeightLoadsPerLane = 8;  // 16-byte W loads a lane issues before its first mma of a round
-constexpr int kFp8Block = 128;          // FP8 weights: rows and columns per scale
+constexpr int kFp8Block = static_cast<int>(kFp8BlockSize);  // FP8 weights: rows and columns per scale
 
 // k per step: 4 lanes x one 16-byte W load each (8 bf16, or 16 FP8 codes).
 constexpr int step_k(bool fp8) { return fp8 ? 2 * kStepK : kStepK; }

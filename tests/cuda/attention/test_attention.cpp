@@ -409,7 +409,7 @@ TEST(AttentionSmall, DecodeSplitsHeadDim64) {
 }
 
 // The bound (as in a CUDA graph captured for longer sequences) is far above every real length: most splits of
-// every sequence are past its end and must mark themselves empty.
+// every sequence are past its end, leave at once and must not be waited for by the merge.
 TEST(Decode, BoundFarAboveLengths) {
   REQUIRE_DEVICE();
   Problem p;
