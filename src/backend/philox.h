@@ -3,11 +3,7 @@
 // on either backend: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3").
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define NANOVLLM_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define NANOVLLM_HOST_DEVICE inline
-#endif
+#include "common/host_device.h"
 
 namespace nanovllm {
 

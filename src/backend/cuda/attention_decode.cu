@@ -1,13 +1,15 @@
-// Decode attention (one query row per sequence) over the paged cache: split-KV flash-decoding.
+// Decode attention (one query row per sequence) over the paged cache: split-KV flash-decoding with balanced
+// ranges (attention_decode_plan.cuh).
 //
-// Grid (num_kv_heads, num_seqs, num_splits). One CTA of 128 threads owns one KV head of one sequence and one
-// chunk of its keys, and computes every query head of that GQA group, so each K/V byte is read from memory
-// once per step. Inside the CTA, D/8 consecutive lanes share a key (eight values each: 16 bytes of bf16 or 8 of
-// FP8; D/16 lanes of 16 FP8 codes for groups of one or two heads); the CTA's "token groups" each walk their own
-// keys with an fp32 online softmax, and merge through shared memory at the end. With one split the CTA writes the bf16
-// output; otherwise it writes a normalised partial (acc/l) plus (max, sum) to the workspace, and the last CTA of the
-// (sequence, KV head) to finish combines the splits (merge_if_last): no second launch, whose fixed cost was ~5 us a
-// layer in a decode step.
+// Grid (num_kv_heads, num_ranges), one wave of resident CTAs. CTA (KV head, r) of 128 threads attends range r of
+// the step's keys, laid end to end over the sequences: a piece of one sequence or pieces of several, each for
+// every query head of the GQA group, so each K/V byte is read from memory once per step. Inside the CTA, D/8
+// consecutive lanes share a key (eight values each: 16 bytes of bf16 or 8 of FP8; D/16 lanes of 16 FP8 codes
+// for groups of one or two heads); the CTA's "token groups" each walk their own keys with an fp32 online
+// softmax, and merge through shared memory at the end of the piece. A sequence held by one range is written
+// directly (bf16); otherwise each piece writes a normalised partial (acc/l) plus (max, sum) to the workspace,
+// and the last CTA of the (sequence, KV head) to finish combines them (merge_if_last): no second launch, whose
+// fixed cost was ~5 us a layer in a decode step.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -18,6 +20,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_decode_plan.cuh"
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/programmatic_launch.cuh"
 
 namespace nanovllm::cuda {
@@ -26,75 +29,123 @@ namespace {
 using namespace attention_detail;
 
 constexpr int kDecodeThreads = 128;
+constexpr int kDecodeWarps = kDecodeThreads / 32;
 
-// Keys per split of one sequence. A decode graph plans its splits for max_model_len keys, so most of a
-// shorter sequence's splits would be empty: when the launch has few (sequence, KV head) pairs (`spread`,
-// fewer than half the CTA target, e.g. 8B shapes under tensor parallelism), each sequence's own keys are
-// spread evenly over the splits instead, so that every CTA has work. Whole CTA iterations, at least
-// kDecodeChunkAlign keys (a short sequence's few keys then take several CTAs, each with a shorter chain of
-// dependent loads), never more than the plan's chunk (which covers max_seqlen_k >= seq_len keys). With
-// enough pairs the extra merge work costs more than it gains (measured on an H200 while the merge was a second
-// kernel: 0.6B shapes, bucket 144, 8 KV heads: workload 6.47 s spread against 6.29-6.34 s not), so the plan's
-// chunk is kept.
-__device__ __forceinline__ int seq_chunk(bool spread, int seq_len, int num_splits, int plan_chunk) {
-  if (!spread) return plan_chunk;
-  const int even = (max(seq_len, 1) + num_splits - 1) / num_splits;
-  const int aligned = (even + kDecodeChunkAlign - 1) / kDecodeChunkAlign * kDecodeChunkAlign;
-  return min(max(aligned, kDecodeChunkAlign), plan_chunk);
+// One piece of a CTA's range, in shared memory: what the code after the key loop needs (kept in registers
+// through the loop, it would cost registers and occupancy).
+struct Piece {
+  int seq;
+  int count;       // ranges holding this sequence's keys: 1 = write the output directly
+  int first_slot;  // workspace slot of the sequence's first piece (slots are consecutive)
+  int slot;        // this piece's slot
+};
+
+// seq_prefix[i] = keys of the sequences before sequence i, seq_prefix[num_seqs] = all of them: a block-wide
+// scan of seq_lens_k, tile by tile, by every thread of every CTA (a few hundred ints from L2). Also the
+// longest sequence's keys.
+__device__ void scan_lengths(const PagedAttentionArgs& a, long long* seq_prefix, int& longest) {
+  __shared__ long long warp_sums[kDecodeWarps];
+  __shared__ int warp_longest[kDecodeWarps];
+  int my_longest = 0;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int n = a.num_seqs;
+  long long carry = 0;  // keys of the tiles before
+  for (int tile = 0; tile < n; tile += kDecodeThreads) {
+    const int i = tile + tid;
+    const int len = i < n ? max(a.seq_lens_k[i], 0) : 0;
+    my_longest = max(my_longest, len);
+    long long inclusive = len;  // within the warp
+#pragma unroll
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const long long other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= offset) inclusive += other;
+    }
+    if (lane == 31) warp_sums[warp] = inclusive;
+    __syncthreads();
+    long long before = carry, tile_keys = 0;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      if (w < warp) before += warp_sums[w];
+      tile_keys += warp_sums[w];
+    }
+    if (i < n) seq_prefix[i] = before + inclusive - len;
+    carry += tile_keys;
+    __syncthreads();  // warp_sums is written again by the next tile
+  }
+  my_longest = __reduce_max_sync(0xffffffffu, my_longest);
+  if (lane == 0) warp_longest[warp] = my_longest;
+  __syncthreads();
+  if (tid == 0) {
+    seq_prefix[n] = carry;
+    int m = 0;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) m = max(m, warp_longest[w]);
+    longest = m;
+  }
+  __syncthreads();
 }
 
-// Called by every thread of each split CTA of a (sequence, KV head) that holds keys (split 0 always counts, so
-// that even a sequence without keys gets its row written) once its partial is written. The CTA that arrives
-// last (an atomic counter in the workspace, left at zero for the next launch) weights each split's
-// normalised partial by sum * 2^(max - global max) and writes the bf16 output rows of the GQA group.
-// Everything is recomputed from the launch arguments: values kept live across the split's key loop cost it
-// registers, and occupancy (125 -> 166 registers a thread at 4 query heads per KV head when they were).
+// The first sequence holding keys of `range` (or num_seqs): a binary search, since a sequence's last range never
+// decreases from one sequence to the next.
+__device__ __forceinline__ int first_seq_of_range(const long long* seq_prefix, int n, int range,
+                                                  const DecodeRanges& ranges) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    const int len = static_cast<int>(seq_prefix[mid + 1] - seq_prefix[mid]);
+    if (seq_ranges(seq_prefix[mid], len, ranges).last < range) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Called by every thread of each CTA holding a piece of a (sequence, KV head) cut by range boundaries, once its
+// partial is written. The CTA that arrives last (an atomic counter in the workspace, left at zero for the next
+// launch) weights each piece's normalised partial by sum * 2^(max - global max) and writes the bf16 output rows
+// of the GQA group.
 template <int D>
-__device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, int num_splits, int plan_chunk, bool spread,
-                                              const float* ws_acc, const float* ws_ml, int* counters_end) {
+__device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const Piece& piece, const float* ws_acc,
+                                              const float* ws_ml, int* counters_end) {
   __shared__ bool is_last;
   __threadfence();  // this CTA's partial is visible on every SM before the CTA counts itself in
   __syncthreads();
+  const int kv_head = blockIdx.x, seq = piece.seq;
   if (threadIdx.x == 0) {
-    // One counter per (sequence, KV head), at the workspace's end, counted backwards. Recomputed here rather
-    // than kept live through the key loop (registers, see above).
-    const int seq_len = a.seq_lens_k[blockIdx.y];
-    const int chunk = seq_chunk(spread, seq_len, num_splits, plan_chunk);
-    const int arrivals = max(1, min(num_splits, (seq_len + chunk - 1) / chunk));
-    int* counter = counters_end - 1 - (static_cast<size_t>(blockIdx.y) * a.num_kv_heads + blockIdx.x);
-    is_last = atomicAdd(counter, 1) == arrivals - 1;
-    if (is_last) *counter = 0;  // every split has arrived: nothing else touches it in this launch
+    // One counter per (sequence, KV head), at the workspace's end, counted backwards.
+    int* counter = counters_end - 1 - (static_cast<size_t>(seq) * a.num_kv_heads + kv_head);
+    is_last = atomicAdd(counter, 1) == piece.count - 1;
+    if (is_last) *counter = 0;  // every piece has arrived: nothing else touches it in this launch
   }
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  const int kv_head = blockIdx.x, seq = blockIdx.y;
   const int row = a.cu_seqlens_q[seq + 1] - 1;
-  const int seq_len = a.seq_lens_k[seq];
-  const int chunk = seq_chunk(spread, seq_len, num_splits, plan_chunk);
   const int group_size = a.num_heads / a.num_kv_heads;
   const int head0 = kv_head * group_size;
-  const size_t group_base = (static_cast<size_t>(seq) * a.num_heads + head0) * num_splits;  // split 0 of head0
-  // Only the splits below `used` hold partials (those past the end left without one). Plain loads see the other
-  // CTAs' partials: their fence and atomic come before this CTA's atomic and fence (CUDA's memory model).
-  const int used = min(num_splits, max(0, (seq_len + chunk - 1) / chunk));
+  // Plain loads see the other CTAs' partials: their fence and atomic come before this CTA's atomic and fence
+  // (CUDA's memory model).
   constexpr int kQuads = D / 4;  // 4 output dims per work item
   for (int item = threadIdx.x; item < group_size * kQuads; item += blockDim.x) {
     const int h = item / kQuads;
     const int d4 = (item % kQuads) * 4;
-    const size_t base = group_base + static_cast<size_t>(h) * num_splits;
-    const float2* ml = reinterpret_cast<const float2*>(ws_ml) + base;  // (max, sum) per split
+    const auto slot_of = [&](int s) { return static_cast<size_t>(piece.first_slot + s) * a.num_heads + head0 + h; };
+    const float2* ml = reinterpret_cast<const float2*>(ws_ml);  // (max, sum) per slot and head
     float global_max = -INFINITY;
-    for (int s = 0; s < used; ++s)
-      if (ml[s].y > 0.f) global_max = fmaxf(global_max, ml[s].x);
+#pragma unroll 4
+    for (int s = 0; s < piece.count; ++s)
+      if (ml[slot_of(s)].y > 0.f) global_max = fmaxf(global_max, ml[slot_of(s)].x);
     float total = 0.f;
     float o[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int s = 0; s < used; ++s) {
-      const float2 split_ml = ml[s];
+#pragma unroll 4
+    for (int s = 0; s < piece.count; ++s) {
+      const float2 split_ml = ml[slot_of(s)];
       if (!(split_ml.y > 0.f)) continue;
       const float w = split_ml.y * exp2f(split_ml.x - global_max);
       total += w;
-      const float4 part = *reinterpret_cast<const float4*>(ws_acc + (base + s) * D + d4);
+      const float4 part = *reinterpret_cast<const float4*>(ws_acc + slot_of(s) * D + d4);
       o[0] = fmaf(w, part.x, o[0]);
       o[1] = fmaf(w, part.y, o[1]);
       o[2] = fmaf(w, part.z, o[2]);
@@ -109,14 +160,13 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, int n
   }
 }
 
-// Split CTA. D: head_dim; G: query heads per KV head (every size 1..8 has its own instantiation; the code also
-// tolerates a real group smaller than G: the extra heads run on zero queries and are never written). kFp8: the
-// cache holds E4M3 codes; k_scale is folded into the queries and v_scale into the output.
+// One piece: keys [kv_begin, kv_end) of sequence `seq` (the rest of it in `piece`). D: head_dim; G: query heads
+// per KV head (every size 1..8 has its own instantiation; the code also tolerates a real group smaller than G:
+// the extra heads run on zero queries and are never written). kFp8: the cache holds E4M3 codes; k_scale is
+// folded into the queries and v_scale into the output.
 template <int D, int G, bool kFp8>
-__global__ void __launch_bounds__(kDecodeThreads)
-    decode_split_kernel(PagedAttentionArgs a, int num_splits, int plan_chunk, bool spread, float* ws_acc, float* ws_ml,
-                        int* counters_end) {
-  start_after_previous_grid();
+__device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int seq, int kv_begin, int kv_end,
+                                             const Piece& piece, float* ws_acc, float* ws_ml, int* counters_end) {
   // Values per lane: 8 (one 16-byte load of bf16). FP8 with small groups: 16 codes (one 16-byte load), so half
   // the lanes share a key and each key costs fewer shuffles; the per-lane queries and accumulators double, which
   // larger groups cannot afford in registers (or in sm_acc), so they load 8 codes (8 bytes) a lane.
@@ -135,34 +185,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
   __shared__ __align__(16) float sm_acc[kGroups][G][D];
   __shared__ float sm_max[kGroups][G];
   __shared__ float sm_sum[kGroups][G];
-
-  const int kv_head = blockIdx.x;  // fastest: a sequence's KV heads run together and read whole cache slots
-  const int seq = blockIdx.y;
-  const int split = blockIdx.z;
-  const int q_begin = a.cu_seqlens_q[seq];
-  const int q_len = a.cu_seqlens_q[seq + 1] - q_begin;
-  if (q_len <= 0) return;  // padding sequence: no row to write
-  const int row = q_begin + q_len - 1;
-  const int seq_len = a.seq_lens_k[seq];
-  const int chunk = seq_chunk(spread, seq_len, num_splits, plan_chunk);
-  const int kv_begin = split * chunk;
-  const int kv_end = min(kv_begin + chunk, seq_len);
+  const int kv_head = blockIdx.x;
+  const int row = a.cu_seqlens_q[seq + 1] - 1;
   const int group_size = a.num_heads / a.num_kv_heads;
   const int head0 = kv_head * group_size;
   const int tid = threadIdx.x;
-  const size_t ws_base = (static_cast<size_t>(seq) * a.num_heads + head0) * num_splits + split;
-
-  if (num_splits > 1 && kv_begin >= kv_end) {  // past this sequence's end
-    // A graph's grid is planned for its longest sequence: such splits leave at once, uncounted, except split 0
-    // of a sequence without keys, which marks itself empty (sum 0) for the merge.
-    if (split > 0) return;
-    if (tid < group_size) {
-      ws_ml[2 * (ws_base + static_cast<size_t>(tid) * num_splits)] = -INFINITY;
-      ws_ml[2 * (ws_base + static_cast<size_t>(tid) * num_splits) + 1] = 0.f;
-    }
-    merge_if_last<D>(a, num_splits, plan_chunk, spread, ws_acc, ws_ml, counters_end);
-    return;
-  }
 
   const int lane_in_group = tid % kLanes;
   const int group = tid / kLanes;
@@ -287,6 +314,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
   __syncthreads();
 
+  // A sequence in one range writes its output; otherwise a partial for the merge. Read from shared memory rather
+  // than kept through the key loop (registers, see merge_if_last).
+  const bool single = piece.count == 1;
   constexpr int kQuads = D / 4;  // 4 output dims per work item
   for (int item = tid; item < group_size * kQuads; item += kDecodeThreads) {
     const int h = item / kQuads;
@@ -309,14 +339,14 @@ __global__ void __launch_bounds__(kDecodeThreads)
       }
     }
     const float inv = sum > 0.f ? (kFp8 ? a.v_scale : 1.f) / sum : 0.f;  // partials carry v_scale too
-    if (num_splits == 1) {
+    if (single) {
       __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D + d4;
       uint2 packed;
       packed.x = pack_bf16x2(o[0] * inv, o[1] * inv);
       packed.y = pack_bf16x2(o[2] * inv, o[3] * inv);
       *reinterpret_cast<uint2*>(dst) = packed;
     } else {
-      const size_t slot = ws_base + static_cast<size_t>(h) * num_splits;
+      const size_t slot = static_cast<size_t>(piece.slot) * a.num_heads + head0 + h;
       *reinterpret_cast<float4*>(ws_acc + slot * D + d4) = make_float4(o[0] * inv, o[1] * inv, o[2] * inv, o[3] * inv);
       if (d4 == 0) {
         ws_ml[2 * slot] = cta_max;
@@ -324,54 +354,137 @@ __global__ void __launch_bounds__(kDecodeThreads)
       }
     }
   }
-  if (num_splits > 1) merge_if_last<D>(a, num_splits, plan_chunk, spread, ws_acc, ws_ml, counters_end);
+  if (!single) merge_if_last<D>(a, piece, ws_acc, ws_ml, counters_end);
+}
+
+// Resident CTAs per SM the kernel is compiled for: the most whose register budget the key loop fits without
+// spilling (left alone, the loop over pieces around it keeps a few more values live and costs a CTA per SM;
+// G = 1 held to 8 spilled 16 bytes and streamed 9% slower than at 7).
+constexpr int decode_min_ctas(int group, bool fp8) {
+  constexpr int kBf16[kDecodeMaxGroup] = {7, 6, 4, 4, 3, 3, 2, 2};
+  constexpr int kFp8Codes[kDecodeMaxGroup] = {6, 4, 4, 3, 3, 2, 2, 2};
+  return fp8 ? kFp8Codes[group - 1] : kBf16[group - 1];
+}
+
+// The CTA of (KV head blockIdx.x, range blockIdx.y): the range's pieces one after the other.
+template <int D, int G, bool kFp8>
+__global__ void __launch_bounds__(kDecodeThreads, decode_min_ctas(G, kFp8))
+    decode_split_kernel(PagedAttentionArgs a, float* ws_acc, float* ws_ml, int* counters_end) {
+  extern __shared__ long long seq_prefix[];  // [num_seqs + 1]
+  __shared__ Piece piece;
+  __shared__ int longest;
+  allow_next_grid();
+  // The lengths are step metadata, written by copies before the step, never by a kernel that lets its
+  // dependents start early: reading them now overlaps the previous kernel's end.
+  scan_lengths(a, seq_prefix, longest);
+  const int n = a.num_seqs;
+  const int range = blockIdx.y;
+  const DecodeRanges ranges = make_ranges(seq_prefix[n], gridDim.y, longest);
+  if (range >= ranges.used) return;
+  const int first = first_seq_of_range(seq_prefix, n, range, ranges);
+  wait_for_previous_grid();
+  for (int seq = first; seq < n; ++seq) {
+    const long long prefix = seq_prefix[seq];
+    const int len = static_cast<int>(seq_prefix[seq + 1] - prefix);
+    const SeqRanges held = seq_ranges(prefix, len, ranges);
+    if (held.first > range) break;
+    const KeySpan keys = range_keys(prefix, len, range, ranges);
+    const bool has_row = a.cu_seqlens_q[seq + 1] > a.cu_seqlens_q[seq];  // else a padding sequence
+    if (!has_row || (keys.begin == keys.end && len > 0)) continue;
+    if (threadIdx.x == 0) {
+      piece.seq = seq;
+      piece.count = held.last - held.first + 1;
+      piece.first_slot = seq + held.first;
+      piece.slot = seq + range;
+    }
+    __syncthreads();
+    attend_piece<D, G, kFp8>(a, seq, keys.begin, keys.end, piece, ws_acc, ws_ml, counters_end);
+    seq = piece.seq;  // reloaded: kept live through the piece, it would cost registers
+    __syncthreads();  // shared memory is written again by the next piece
+  }
+}
+
+int multiprocessor_count() {
+  int device = 0, count = 0;
+  NANOVLLM_CUDA_CHECK(cudaGetDevice(&device));
+  NANOVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+constexpr int kPrefixBytes = (kDecodeMaxSeqs + 1) * sizeof(long long);  // the largest prefix array
+
+// Resident CTAs per SM of a decode kernel with the largest prefix array (its own arrays and the prefix stay
+// within the 48 KiB a kernel gets without asking). Occupancy depends on the kernel and the GPU's kind only, so
+// it is asked once per instantiation.
+template <typename Kernel>
+int decode_ctas_per_sm(Kernel kernel) {
+  static const int per_sm = [kernel] {
+    int blocks = 0;
+    NANOVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kDecodeThreads, kPrefixBytes));
+    return std::clamp(blocks, 1, kDecodeMaxCtasPerSm);
+  }();
+  return per_sm;
 }
 
 template <int D, int G>
-void launch_decode(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml, int* counters_end,
-                   cudaStream_t stream) {
-  const dim3 grid(a.num_kv_heads, a.num_seqs, plan.num_splits);
-  const bool spread = a.num_seqs * a.num_kv_heads < kDecodeTargetCtas / 2;  // see seq_chunk
+void launch_decode(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const auto kernel = a.fp8_cache ? decode_split_kernel<D, G, true> : decode_split_kernel<D, G, false>;
-  launch_programmatic("decode_split_kernel", kernel, grid, dim3(kDecodeThreads), 0, stream, a, plan.num_splits,
-                      plan.chunk, spread, ws_acc, ws_ml, counters_end);
+  const int per_sm = decode_ctas_per_sm(kernel);
+  const int sms = multiprocessor_count();
+  const int num_ranges = decode_num_ranges(per_sm, sms, a.num_kv_heads);
+  const size_t slots = decode_slot_bound(a.num_seqs, num_ranges) * a.num_heads;
+  const size_t need = slots * (D + 2) * sizeof(float) + decode_workspace_counter_bytes(a.num_seqs, a.num_kv_heads);
+  if (workspace == nullptr || workspace_bytes < need)
+    throw EngineError("paged_attention_decode: workspace of " + std::to_string(workspace_bytes) +
+                      " bytes is smaller than the " + std::to_string(need) + " this launch needs (" +
+                      std::to_string(num_ranges) + " ranges); size it with decode_workspace_bytes");
+  if ((reinterpret_cast<uintptr_t>(workspace) & 15u) != 0)
+    throw EngineError("paged_attention_decode: workspace must be 16-byte aligned");
+  if (workspace_bytes % sizeof(int) != 0)
+    throw EngineError("paged_attention_decode: workspace bytes must be a multiple of 4");
+  float* ws_acc = static_cast<float*>(workspace);
+  float* ws_ml = ws_acc + slots * D;
+  int* counters_end = reinterpret_cast<int*>(static_cast<char*>(workspace) + workspace_bytes);
+  const size_t prefix_bytes = (static_cast<size_t>(a.num_seqs) + 1) * sizeof(long long);
+  launch_programmatic("decode_split_kernel", kernel, dim3(a.num_kv_heads, num_ranges), dim3(kDecodeThreads),
+                      prefix_bytes, stream, a, ws_acc, ws_ml, counters_end);
 }
 
 template <int D>
-void dispatch_group(const PagedAttentionArgs& a, const DecodePlan& plan, float* ws_acc, float* ws_ml, int* counters_end,
-                    cudaStream_t stream) {
+void dispatch_group(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   switch (a.num_heads / a.num_kv_heads) {
     case 1:
-      return launch_decode<D, 1>(a, plan, ws_acc, ws_ml, counters_end, stream);
+      return launch_decode<D, 1>(a, workspace, workspace_bytes, stream);
     case 2:
-      return launch_decode<D, 2>(a, plan, ws_acc, ws_ml, counters_end, stream);
+      return launch_decode<D, 2>(a, workspace, workspace_bytes, stream);
     case 3:
-      return launch_decode<D, 3>(a, plan, ws_acc, ws_ml, counters_end, stream);
+      return launch_decode<D, 3>(a, workspace, workspace_bytes, stream);
     case 4:
-      return launch_decode<D, 4>(a, plan, ws_acc, ws_ml, counters_end, stream);
+      return launch_decode<D, 4>(a, workspace, workspace_bytes, stream);
     case 5:
-      return launch_decode<D, 5>(a, plan, ws_acc, ws_ml, counters_end, stream);
+      return launch_decode<D, 5>(a, workspace, workspace_bytes, stream);
     case 6:
-      return launch_decode<D, 6>(a, plan, ws_acc, ws_ml, counters_end, stream);
+      return launch_decode<D, 6>(a, workspace, workspace_bytes, stream);
     case 7:
-      return launch_decode<D, 7>(a, plan, ws_acc, ws_ml, counters_end, stream);
+      return launch_decode<D, 7>(a, workspace, workspace_bytes, stream);
     default:
-      return launch_decode<D, 8>(a, plan, ws_acc, ws_ml, counters_end, stream);
+      return launch_decode<D, 8>(a, workspace, workspace_bytes, stream);
   }
 }
 
 }  // namespace
 
-size_t decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_seqlen_k) {
-  if (max_num_seqs <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
-  // num_kv_heads <= num_heads: counters for every (sequence, KV head) of any launch within the bounds.
-  return decode_workspace_floats(max_num_seqs, num_heads, head_dim, max_seqlen_k) * sizeof(float) +
+size_t decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim) {
+  // Counters for every (sequence, KV head) of any launch within the bounds (num_kv_heads <= num_heads).
+  return decode_workspace_floats(max_num_seqs, num_heads, head_dim, multiprocessor_count()) * sizeof(float) +
          decode_workspace_counter_bytes(max_num_seqs, num_heads);
 }
 
 size_t decode_workspace_counter_bytes(int num_seqs, int num_kv_heads) {
   return static_cast<size_t>(std::max(num_seqs, 0)) * std::max(num_kv_heads, 0) * sizeof(int);
 }
+
+int decode_max_num_seqs() { return kDecodeMaxSeqs; }
 
 std::string unsupported_attention_heads(int num_heads, int num_kv_heads, int head_dim) {
   if (head_dim != 64 && head_dim != 128)
@@ -392,34 +505,13 @@ void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, siz
     throw EngineError("paged_attention_decode: " + std::to_string(group_size) + " query heads per KV head; at most " +
                       std::to_string(kDecodeMaxGroup) + " are supported");
   if (args.num_seqs == 0) return;
-  if (args.num_seqs > 65535)
-    throw EngineError("paged_attention_decode: num_seqs " + std::to_string(args.num_seqs) +
-                      " exceeds the grid limit 65535");
-  const DecodePlan plan = plan_decode(args.num_seqs, args.num_kv_heads, args.max_seqlen_k);
-  float* ws_acc = nullptr;
-  float* ws_ml = nullptr;
-  int* counters_end = nullptr;
-  if (plan.num_splits > 1) {
-    const size_t acc_floats = static_cast<size_t>(args.num_seqs) * args.num_heads * plan.num_splits * args.head_dim;
-    const size_t need =
-        (acc_floats + static_cast<size_t>(args.num_seqs) * args.num_heads * plan.num_splits * 2) * sizeof(float) +
-        decode_workspace_counter_bytes(args.num_seqs, args.num_kv_heads);
-    if (workspace == nullptr || workspace_bytes < need)
-      throw EngineError("paged_attention_decode: workspace of " + std::to_string(workspace_bytes) +
-                        " bytes is smaller than the " + std::to_string(need) + " this launch needs (" +
-                        std::to_string(plan.num_splits) + " splits); size it with decode_workspace_bytes");
-    if ((reinterpret_cast<uintptr_t>(workspace) & 15u) != 0)
-      throw EngineError("paged_attention_decode: workspace must be 16-byte aligned");
-    if (workspace_bytes % sizeof(int) != 0)
-      throw EngineError("paged_attention_decode: workspace bytes must be a multiple of 4");
-    ws_acc = static_cast<float*>(workspace);
-    ws_ml = ws_acc + acc_floats;
-    counters_end = reinterpret_cast<int*>(static_cast<char*>(workspace) + workspace_bytes);
-  }
+  if (args.num_seqs > kDecodeMaxSeqs)
+    throw EngineError("paged_attention_decode: " + std::to_string(args.num_seqs) + " sequences; at most " +
+                      std::to_string(kDecodeMaxSeqs) + " are supported");
   if (args.head_dim == 64) {
-    dispatch_group<64>(args, plan, ws_acc, ws_ml, counters_end, stream);
+    dispatch_group<64>(args, workspace, workspace_bytes, stream);
   } else {
-    dispatch_group<128>(args, plan, ws_acc, ws_ml, counters_end, stream);
+    dispatch_group<128>(args, workspace, workspace_bytes, stream);
   }
 }
 

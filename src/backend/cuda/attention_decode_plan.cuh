@@ -1,49 +1,109 @@
 #pragma once
-// How the split-KV decode divides the keys: host-side arithmetic shared by the launcher and the workspace
-// sizing, so that a workspace sized for some bounds fits every launch within them.
-#include <algorithm>
+// How the split-KV decode divides the keys among its CTAs: arithmetic shared by the kernel, its launcher and
+// the host tests.
+//
+// Every KV head's keys of a step are laid end to end, sequence after sequence (prefix sums of seq_lens_k), and
+// cut into ranges of equal length, one per CTA, and the grid is one wave of resident CTAs. A range may end
+// inside a sequence and go on into the next ones, so every CTA reads the same number of keys however uneven
+// the lengths, and none waits for a slot or finishes long before the others. Measured on an H200 (0.6B
+// shapes): grids of one CTA per sequence and KV head streamed K/V at 55-84% of copy bandwidth, depending on
+// how uneven the lengths were and how full their last wave was; one wave of equal ranges at 64-98%. A queue
+// handing out several smaller ranges per CTA measured slower: each piece costs a CTA ~1 us. A sequence cut by
+// range boundaries gets one partial per range, merged by the last CTA to finish one; a sequence inside one
+// range is written directly. The grid only depends on the GPU and the number of KV heads, so a CUDA graph
+// replays it for any lengths.
 #include <cstddef>
+
+#include "common/host_device.h"
 
 namespace nanovllm::cuda::attention_detail {
 
-// Keys per split at least: the partial's write-back stays small beside the reads. Measured on an H200: 256
-// helps one very long sequence (batch 1 x 32k: 96 us vs 139 us at 128) but slows batch 1 x 4k, the bound decode
-// graphs are captured with (33 vs 29 us a layer, +0.15 ms a token), so it stays 128.
-constexpr int kDecodeMinChunk = 128;
-// Splitting stops once (seqs x KV heads x splits) reaches this (~16/SM). Measured on an H200 (bench_attention,
-// 0.6B shapes): grids of ~1024 CTAs streamed K/V at 72-73% of copy bandwidth, ~2048 CTAs at 88%.
-constexpr int kDecodeTargetCtas = 2048;
-constexpr int kDecodeChunkAlign = 64;  // chunks are whole CTA iterations (32 or 64 keys)
-constexpr int kDecodeMaxGroup = 8;     // query heads per KV head
+constexpr int kDecodeChunkAlign = 64;    // range boundaries fall on whole CTA iterations (32 or 64 keys)
+constexpr int kDecodeMaxGroup = 8;       // query heads per KV head
+constexpr int kDecodeMaxCtasPerSm = 16;  // 128-thread CTAs: 2048 threads per SM
+// Ranges are at least 1/kDecodeMaxPieces of the longest sequence, so that its partials stay few enough for
+// one CTA to merge them quickly (measured on an H200, batch 1 x 4k keys: 64 pieces 29.8 us, 32 pieces 21.9 us).
+constexpr int kDecodeMaxPieces = 32;
+constexpr int kDecodeMaxSeqs = 1024;  // the kernel keeps every sequence's prefix in shared memory (8 KiB)
 
-struct DecodePlan {
-  int num_splits = 1;
-  int chunk = 0;  // keys per split; split s covers [s * chunk, (s + 1) * chunk)
+struct DecodeRanges {
+  long long keys_per_range = kDecodeChunkAlign;  // a multiple of kDecodeChunkAlign
+  int used = 1;                                  // ranges [0, used) hold keys (at least one, for empty steps)
 };
 
-constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
-// Split only as far as needed to fill the GPU: few sequences or few KV heads get more splits; a large batch
-// gets one split per CTA and no merge pass. Monotone in max_seqlen_k and bounded by both limits below.
-inline DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_seqlen_k) {
-  const int keys = std::max(max_seqlen_k, 1);
-  const int by_length = ceil_div(keys, kDecodeMinChunk);
-  const int by_occupancy = ceil_div(kDecodeTargetCtas, std::max(num_seqs * num_kv_heads, 1));
-  const int wanted = std::max(1, std::min(by_length, by_occupancy));
-  DecodePlan plan;
-  plan.chunk = ceil_div(ceil_div(keys, wanted), kDecodeChunkAlign) * kDecodeChunkAlign;
-  plan.num_splits = ceil_div(keys, plan.chunk);
-  return plan;
+// Up to num_ranges (>= 1) ranges over total_keys keys, the longest sequence having `longest`.
+NANOVLLM_HOST_DEVICE DecodeRanges make_ranges(long long total_keys, int num_ranges, int longest) {
+  const long long by_count = (total_keys + num_ranges - 1) / num_ranges;
+  const long long by_pieces = (static_cast<long long>(longest) + kDecodeMaxPieces - 1) / kDecodeMaxPieces;
+  const long long even = by_count > by_pieces ? by_count : by_pieces;
+  DecodeRanges r;
+  r.keys_per_range = (even + kDecodeChunkAlign - 1) / kDecodeChunkAlign * kDecodeChunkAlign;
+  if (r.keys_per_range < kDecodeChunkAlign) r.keys_per_range = kDecodeChunkAlign;
+  const long long used = (total_keys + r.keys_per_range - 1) / r.keys_per_range;
+  r.used = used < 1 ? 1 : static_cast<int>(used);
+  return r;
 }
 
-// Upper bound of num_seqs * num_splits over every launch with num_seqs <= max_num_seqs, any num_kv_heads >= 1
-// and max_seqlen_k <= the bound: splits <= min(ceil(L / min_chunk), ceil(target / num_seqs)).
-inline size_t decode_workspace_floats(int max_num_seqs, int num_heads, int head_dim, int max_seqlen_k) {
-  if (max_num_seqs <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
-  const size_t by_length = static_cast<size_t>(max_num_seqs) * ceil_div(std::max(max_seqlen_k, 1), kDecodeMinChunk);
-  const size_t by_occupancy = static_cast<size_t>(kDecodeTargetCtas) + max_num_seqs;
-  const size_t seq_splits = std::min(by_length, by_occupancy);
-  return seq_splits * num_heads * (static_cast<size_t>(head_dim) + 2);  // acc[d] + (max, sum)
+// The ranges that hold keys of a sequence whose keys start at `prefix` (the lengths of the sequences before
+// it): first..last. Boundaries are placed as if the sequence began at prefix rounded down to kDecodeChunkAlign,
+// so that every piece of it starts on a whole CTA iteration. A sequence without keys belongs to the range its
+// prefix falls in (the last used one at the end), which writes its (zero) output. Both ends are nondecreasing
+// from one sequence to the next, and first of the next is at least last of this one.
+struct SeqRanges {
+  int first = 0;
+  int last = 0;
+};
+
+NANOVLLM_HOST_DEVICE SeqRanges seq_ranges(long long prefix, int len, const DecodeRanges& r) {
+  long long first = prefix / r.keys_per_range;
+  if (first > r.used - 1) first = r.used - 1;
+  SeqRanges s;
+  s.first = static_cast<int>(first);
+  if (len <= 0) {
+    s.last = s.first;
+  } else {
+    const long long aligned = prefix / kDecodeChunkAlign * kDecodeChunkAlign;
+    s.last = static_cast<int>((aligned + len - 1) / r.keys_per_range);
+  }
+  return s;
+}
+
+// The keys [begin, end) of a sequence (starting at `prefix`, len keys) that range `range` holds; empty when it
+// holds none. begin is a multiple of kDecodeChunkAlign.
+struct KeySpan {
+  int begin = 0;
+  int end = 0;
+};
+
+NANOVLLM_HOST_DEVICE KeySpan range_keys(long long prefix, int len, int range, const DecodeRanges& r) {
+  const long long aligned = prefix / kDecodeChunkAlign * kDecodeChunkAlign;
+  const long long b = range * r.keys_per_range - aligned;
+  const long long e = b + r.keys_per_range;
+  KeySpan k;
+  k.begin = static_cast<int>(b < 0 ? 0 : b > len ? len : b);
+  k.end = static_cast<int>(e < 0 ? 0 : e > len ? len : e);
+  return k;
+}
+
+// Partials are stored per piece: sequence i's piece in range r goes to slot i + r. Slots are unique (for
+// i < j, a range of i is at most the first range of j) and below num_seqs + num_ranges; one sequence's slots
+// are consecutive.
+NANOVLLM_HOST_DEVICE size_t decode_slot_bound(int num_seqs, int num_ranges) {
+  return static_cast<size_t>(num_seqs) + num_ranges;
+}
+
+// Ranges (CTAs) per KV head of a launch on a GPU of `sms` SMs whose kernel keeps per_sm CTAs resident on each.
+NANOVLLM_HOST_DEVICE int decode_num_ranges(int per_sm, int sms, int num_kv_heads) {
+  const int ctas = per_sm * sms / num_kv_heads;
+  return ctas > 1 ? ctas : 1;
+}
+
+// Partial floats a workspace needs for any launch of up to max_num_seqs sequences on a GPU of `sms` SMs (any
+// kernel, any num_kv_heads >= 1): acc[d] + (max, sum) per slot and query head.
+inline size_t decode_workspace_floats(int max_num_seqs, int num_heads, int head_dim, int sms) {
+  if (max_num_seqs <= 0 || num_heads <= 0 || head_dim <= 0 || sms <= 0) return 0;
+  const int max_ranges = decode_num_ranges(kDecodeMaxCtasPerSm, sms, 1);
+  return decode_slot_bound(max_num_seqs, max_ranges) * num_heads * (static_cast<size_t>(head_dim) + 2);
 }
 
 }  // namespace nanovllm::cuda::attention_detail

@@ -143,10 +143,12 @@ void CudaBackend::reserve(const BackendLimits& limits) {
     const std::string why = cuda::unsupported_attention_heads(limits.num_heads, limits.num_kv_heads, limits.head_dim);
     if (!why.empty()) throw InvalidInput("the CUDA backend cannot run this model: " + why + "; --device cpu runs it");
   }
+  if (limits.max_num_seqs > cuda::decode_max_num_seqs())
+    throw InvalidInput("the CUDA backend takes at most " + std::to_string(cuda::decode_max_num_seqs()) +
+                       " sequences a step; max_num_seqs is " + std::to_string(limits.max_num_seqs));
   limits_ = limits;
   if (limits.max_num_seqs > 0 && limits.num_heads > 0 && limits.head_dim > 0 && limits.max_model_len > 0) {
-    const size_t bytes =
-        cuda::decode_workspace_bytes(limits.max_num_seqs, limits.num_heads, limits.head_dim, limits.max_model_len);
+    const size_t bytes = cuda::decode_workspace_bytes(limits.max_num_seqs, limits.num_heads, limits.head_dim);
     attention_workspace_ = bytes ? allocate(bytes) : Buffer();
     // The decode kernel's arrival counters (the workspace's tail) start, and stay between launches, at zero;
     // zeroed on the stream the kernels run on (a cudaMemset would not be ordered before them).

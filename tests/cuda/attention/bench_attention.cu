@@ -12,10 +12,10 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/attention.h"
-#include "backend/cuda/attention_decode_plan.cuh"
 
 namespace {
 
@@ -150,8 +150,13 @@ nanovllm::cuda::PagedAttentionArgs make_args(const Shape& s, int batch, int q_le
   return a;
 }
 
-void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps, bool fp8 = false) {
-  const int blocks_per_seq = (ctx + s.block_size - 1) / s.block_size;
+// Decode over sequences of the given lengths, with max_seqlen_k = `bound` (a decode graph is captured
+// for max_model_len, whatever the step's real lengths).
+void bench_decode_lens(const Shape& s, const std::vector<int>& lens, int bound, const char* label, double copy_gbs,
+                       int reps, bool fp8 = false) {
+  const int batch = static_cast<int>(lens.size());
+  const int longest = *std::max_element(lens.begin(), lens.end());
+  const int blocks_per_seq = (std::max(longest, bound) + s.block_size - 1) / s.block_size;
   const size_t block_elems = static_cast<size_t>(s.block_size) * s.num_kv_heads * s.head_dim;
   const size_t needed = static_cast<size_t>(batch) * blocks_per_seq;
   // A pool of >= 1 GiB per tensor, and up to 8 disjoint block tables over it, so repeated calls read DRAM,
@@ -168,7 +173,7 @@ void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps,
   std::vector<int> table_host(ids.begin(), ids.begin() + needed * tables);
   DeviceBuffer table(table_host.size() * sizeof(int));
   upload(table, table_host);
-  std::vector<int> cu(batch + 1), lens(batch, ctx);
+  std::vector<int> cu(batch + 1);
   std::iota(cu.begin(), cu.end(), 0);
   DeviceBuffer cu_d(cu.size() * sizeof(int)), lens_d(lens.size() * sizeof(int));
   upload(cu_d, cu);
@@ -176,10 +181,10 @@ void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps,
   const size_t q_elems = static_cast<size_t>(batch) * s.num_heads * s.head_dim;
   DeviceBuffer q(q_elems * 2), out(q_elems * 2);
   fill(q, q_elems, 5, 2.f);
-  const size_t ws_bytes = nanovllm::cuda::decode_workspace_bytes(batch, s.num_heads, s.head_dim, ctx);
+  const size_t ws_bytes = nanovllm::cuda::decode_workspace_bytes(batch, s.num_heads, s.head_dim);
   DeviceBuffer ws(ws_bytes);
   check(cudaMemset(ws.ptr, 0, std::max<size_t>(ws_bytes, 16)), "zero workspace");  // the decode's arrival counters
-  auto args = make_args(s, batch, 1, ctx, q, k, v, cu_d, lens_d, out, fp8);
+  auto args = make_args(s, batch, 1, bound, q, k, v, cu_d, lens_d, out, fp8);
   const auto call = [&](int rep) {
     args.block_tables = table.as<int>() + static_cast<size_t>(rep % tables) * needed;
     nanovllm::cuda::paged_attention_decode(args, ws.ptr, ws_bytes, nullptr);
@@ -193,14 +198,31 @@ void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps,
                                   }) /
                           kBurst;
   check(cudaDeviceSynchronize(), "decode");
-  const double bytes = 2.0 * batch * static_cast<double>(ctx) * s.num_kv_heads * s.head_dim * elem;  // K + V
+  const double keys = std::accumulate(lens.begin(), lens.end(), 0.0);
+  const double bytes = 2.0 * keys * s.num_kv_heads * s.head_dim * elem;  // K + V
   const double gbs = bytes / (burst_us * 1e-6) / 1e9;
-  const auto plan = nanovllm::cuda::attention_detail::plan_decode(batch, s.num_kv_heads, ctx);
   std::printf(
-      "decode  %-10s %s batch %4d ctx %6d splits %3d | %8.1f us/call | %8.1f us queued | %8.1f MB | "
+      "decode  %-10s %s batch %4d ctx %11s | %8.1f us/call | %8.1f us queued | %8.1f MB | "
       "%6.0f GB/s | %5.1f%% of copy | floor %7.1f us\n",
-      s.name, fp8 ? "fp8 " : "bf16", batch, ctx, plan.num_splits, us, burst_us, bytes / 1e6, gbs,
-      100.0 * gbs / copy_gbs, bytes / (copy_gbs * 1e9) * 1e6);
+      s.name, fp8 ? "fp8 " : "bf16", batch, label, us, burst_us, bytes / 1e6, gbs, 100.0 * gbs / copy_gbs,
+      bytes / (copy_gbs * 1e9) * 1e6);
+}
+
+void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps, bool fp8 = false) {
+  const std::string label = std::to_string(ctx);
+  bench_decode_lens(s, std::vector<int>(batch, ctx), ctx, label.c_str(), copy_gbs, reps, fp8);
+}
+
+// Lengths drawn uniformly from [lo, hi] (fixed seed) under a graph bound of max_model_len keys, as in
+// the bench workload's decode steps.
+void bench_decode_mixed(const Shape& s, int batch, int lo, int hi, int max_model_len, double copy_gbs, int reps,
+                        bool fp8 = false) {
+  std::mt19937 gen(11);
+  std::uniform_int_distribution<int> dist(lo, hi);
+  std::vector<int> lens(batch);
+  for (int& len : lens) len = dist(gen);
+  const std::string label = std::to_string(lo) + "-" + std::to_string(hi);
+  bench_decode_lens(s, lens, max_model_len, label.c_str(), copy_gbs, reps, fp8);
 }
 
 void bench_prefill(const Shape& s, int batch, int len, int reps, bool fp8 = false) {
@@ -267,6 +289,11 @@ int main(int argc, char** argv) {
   bench_prefill(qwen8, 16, 1024, reps);
   // Long contexts, and the FP8 cache beside bf16 at the same shapes.
   bench_decode(qwen06, 16, 16384, copy_gbs, reps);
+  // Mixed lengths under a 4,096-key graph bound, as the bench workload's decode steps run.
+  for (const int batch : {256, 128, 64, 32}) {
+    bench_decode_mixed(qwen06, batch, 100, 2048, 4096, copy_gbs, reps);
+    bench_decode_mixed(qwen06, batch, 600, 1100, 4096, copy_gbs, reps);
+  }
   for (const bool fp8 : {false, true}) {
     bench_decode(qwen06, 256, 1024, copy_gbs, reps, fp8);
     bench_decode(qwen06, 64, 4096, copy_gbs, reps, fp8);

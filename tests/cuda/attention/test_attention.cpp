@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "attention_problem.h"
@@ -45,7 +47,7 @@ Comparison run_case(const Problem& p, Kernel kernel) {
   std::vector<uint16_t> out;
   if (kernel == Kernel::kDecode) {
     const int num_seqs = static_cast<int>(p.seqs.size());
-    const size_t ws_bytes = cuda::decode_workspace_bytes(num_seqs, p.num_heads, p.head_dim, host.max_seqlen_k);
+    const size_t ws_bytes = cuda::decode_workspace_bytes(num_seqs, p.num_heads, p.head_dim);
     const size_t counter_bytes = cuda::decode_workspace_counter_bytes(num_seqs, p.num_kv_heads);
     workspace = device_alloc(ws_bytes);
     // Partials poisoned (a read of one never written shows), the arrival counters at the end zeroed.
@@ -170,33 +172,108 @@ TEST(AttentionArgs, RejectsTooFewBlocksForBound) {
   EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr), EngineError);
 }
 
-TEST(AttentionArgs, WorkspaceGrowsWithBounds) {
-  EXPECT_GT(cuda::decode_workspace_bytes(8, 16, 128, 4096), cuda::decode_workspace_bytes(8, 16, 128, 1024));
-  EXPECT_GE(cuda::decode_workspace_bytes(512, 16, 128, 40960), cuda::decode_workspace_bytes(256, 16, 128, 40960));
+TEST(AttentionArgs, RejectsMoreSequencesThanDecodeTakes) {
+  cuda::PagedAttentionArgs a = plausible_args();
+  a.num_seqs = cuda::decode_max_num_seqs() + 1;
+  a.max_seqlen_q = 1;
+  try {
+    cuda::paged_attention_decode(a, nullptr, 0, nullptr);
+    FAIL() << "expected EngineError";
+  } catch (const EngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("1025 sequences; at most 1024"), std::string::npos) << e.what();
+  }
 }
 
-// Every launch within the bounds a workspace was sized for fits in it (a CUDA graph replays smaller batches).
-TEST(AttentionArgs, WorkspaceCoversEveryLaunchWithinBounds) {
-  using cuda::attention_detail::plan_decode;
-  const int num_heads = 16, head_dim = 128;
-  for (int max_seqs : {1, 3, 64, 512}) {
-    for (int max_len : {1, 128, 129, 1000, 4096, 40960}) {
-      const size_t bytes = cuda::decode_workspace_bytes(max_seqs, num_heads, head_dim, max_len);
-      for (int seqs = 1; seqs <= max_seqs; seqs = seqs < 8 ? seqs + 1 : seqs * 2 + 1) {
-        for (int kv_heads : {1, 2, 8, 16}) {
-          for (int len : {1, 64, 127, 128, 129, 500, 1000, 4095, 4096, 20000, 40960}) {
-            if (len > max_len) continue;
-            const auto plan = plan_decode(seqs, kv_heads, len);
-            ASSERT_GE(plan.num_splits, 1);
-            ASSERT_GE(static_cast<int64_t>(plan.num_splits) * plan.chunk, len);
-            ASSERT_LT(static_cast<int64_t>(plan.num_splits - 1) * plan.chunk, std::max(len, 1));
-            // The partials (from the front) stay below every launch's counters (at the end, at most one per
-            // sequence and query head).
-            const size_t partials = static_cast<size_t>(seqs) * num_heads * plan.num_splits * (head_dim + 2) * 4;
-            ASSERT_LE(partials + cuda::decode_workspace_counter_bytes(max_seqs, num_heads), bytes)
-                << max_seqs << " " << max_len << " " << seqs << " " << kv_heads << " " << len;
+TEST(AttentionArgs, WorkspaceGrowsWithSequencesAndSms) {
+  using cuda::attention_detail::decode_workspace_floats;
+  EXPECT_GT(decode_workspace_floats(512, 16, 128, 132), decode_workspace_floats(256, 16, 128, 132));
+  EXPECT_GT(decode_workspace_floats(8, 16, 128, 132), decode_workspace_floats(8, 16, 128, 108));
+  EXPECT_EQ(decode_workspace_floats(0, 16, 128, 132), 0u);
+}
+
+// The kernel's walk over its range (decode_split_kernel), on the host: the first sequence whose last range is at
+// least r, then sequences while their first range is at most r. Each piece: (sequence, begin, end, count, slot).
+struct HostPiece {
+  int seq, begin, end, count, first_slot, slot;
+};
+
+std::vector<HostPiece> pieces_of_range(const std::vector<int>& lens, int num_ranges, int range) {
+  using namespace cuda::attention_detail;
+  long long total = 0;
+  for (int l : lens) total += l;
+  const DecodeRanges ranges = make_ranges(total, num_ranges, *std::max_element(lens.begin(), lens.end()));
+  std::vector<HostPiece> pieces;
+  if (range >= ranges.used) return pieces;
+  long long prefix = 0;
+  size_t i = 0;
+  while (i < lens.size() && seq_ranges(prefix, lens[i], ranges).last < range) prefix += lens[i++];
+  for (; i < lens.size(); prefix += lens[i++]) {
+    const SeqRanges held = seq_ranges(prefix, lens[i], ranges);
+    if (held.first > range) break;
+    const KeySpan keys = range_keys(prefix, lens[i], range, ranges);
+    if (keys.begin < keys.end || lens[i] == 0) {
+      const int seq = static_cast<int>(i);
+      pieces.push_back({seq, keys.begin, keys.end, held.last - held.first + 1, seq + held.first, seq + range});
+    }
+  }
+  return pieces;
+}
+
+// Every key of every sequence is attended once, by ranges of nearly equal keys; a sequence's pieces are as many
+// as its count says, in consecutive unique slots below the bound; a sequence without keys is written once.
+TEST(AttentionArgs, RangesCoverEveryKeyOnce) {
+  using namespace cuda::attention_detail;
+  std::mt19937 rng(21);
+  const std::vector<std::vector<int>> fixed = {
+      {1}, {32768}, {0}, {0, 0, 5}, {64, 0, 64}, {1, 2, 17, 255, 256, 257, 1000, 3000}, {63, 1, 63, 1, 0}};
+  for (int trial = 0; trial < 60; ++trial) {
+    std::vector<int> lens;
+    if (trial < static_cast<int>(fixed.size())) {
+      lens = fixed[trial];
+    } else {
+      const int n = std::uniform_int_distribution<int>(1, 600)(rng);
+      const int longest = std::uniform_int_distribution<int>(1, 5000)(rng);
+      for (int i = 0; i < n; ++i) lens.push_back(std::uniform_int_distribution<int>(0, longest)(rng));
+    }
+    const int n = static_cast<int>(lens.size());
+    for (int num_ranges : {1, 2, 7, 115, 264}) {
+      std::vector<std::vector<int>> hits(n);
+      std::vector<int> pieces(n, 0), zero_owners(n, 0);
+      std::set<int> slots;
+      long long total = 0;
+      for (int l : lens) total += l;
+      const int longest = *std::max_element(lens.begin(), lens.end());
+      const DecodeRanges ranges = make_ranges(total, num_ranges, longest);
+      ASSERT_LE(ranges.used, num_ranges);
+      for (int i = 0; i < n; ++i) hits[i].assign(lens[i], 0);
+      for (int r = 0; r < num_ranges; ++r) {
+        long long keys_in_range = 0;
+        const std::vector<HostPiece> list = pieces_of_range(lens, num_ranges, r);
+        for (const HostPiece& p : list) {
+          ASSERT_EQ(p.begin % kDecodeChunkAlign, 0);
+          if (lens[p.seq] == 0) ++zero_owners[p.seq];
+          for (int k = p.begin; k < p.end; ++k) ++hits[p.seq][k];
+          keys_in_range += p.end - p.begin;
+          ++pieces[p.seq];
+          ASSERT_GE(p.slot, p.first_slot);
+          ASSERT_LT(p.slot, p.first_slot + p.count);
+          ASSERT_LT(static_cast<size_t>(p.slot), decode_slot_bound(n, num_ranges));
+          if (p.count > 1) {
+            ASSERT_TRUE(slots.insert(p.slot).second) << "slot " << p.slot << " used twice";
           }
         }
+        // Aligning a sequence's start moves at most kDecodeChunkAlign - 1 keys across each boundary.
+        ASSERT_LE(keys_in_range, ranges.keys_per_range + kDecodeChunkAlign - 1) << "range " << r;
+      }
+      for (int i = 0; i < n; ++i) {
+        for (int k = 0; k < lens[i]; ++k) ASSERT_EQ(hits[i][k], 1) << "seq " << i << " key " << k;
+        if (lens[i] == 0) {
+          ASSERT_EQ(zero_owners[i], 1) << "seq " << i;
+        }
+        const long long prefix = std::accumulate(lens.begin(), lens.begin() + i, 0LL);
+        const SeqRanges held = seq_ranges(prefix, lens[i], ranges);
+        ASSERT_EQ(pieces[i], held.last - held.first + 1) << "seq " << i;
+        ASSERT_LE(pieces[i], kDecodeMaxPieces + 1) << "seq " << i;
       }
     }
   }
@@ -263,8 +340,6 @@ std::vector<SweepParam> all_sweep_params() {
 
 class DecodeSweep : public testing::TestWithParam<SweepParam> {};
 
-// Two KV heads, 8 sequences of the listed lengths: 16 CTAs per split, so the plan splits the long ones into
-// 128-key chunks (24 splits for 3000) and the short ones leave most splits empty.
 // A sweep point's heads (two KV heads) and block size; the caller adds the sequences.
 Problem sweep_problem(const SweepParam& sp, uint64_t seed_base, bool fp8) {
   Problem p;
@@ -294,8 +369,8 @@ TEST_P(DecodeSweep, Fp8MixedLengthsManySplits) {
 
 INSTANTIATE_TEST_SUITE_P(Attention, DecodeSweep, testing::ValuesIn(all_sweep_params()), sweep_name);
 
-// FP8 at the shapes that decide the split plan: one long sequence (many splits, spread) and a batch large
-// enough for one split per CTA.
+// FP8 at both ends of the range plan: one long sequence (cut over every range) and a large batch (several
+// sequences per range).
 TEST(Decode, Fp8LongSequenceAndLargeBatch) {
   REQUIRE_DEVICE();
   for (const std::vector<int>& lengths : {std::vector<int>{32768}, std::vector<int>(300, 700)}) {
@@ -311,8 +386,9 @@ TEST(Decode, Fp8LongSequenceAndLargeBatch) {
   }
 }
 
-// >= kDecodeTargetCtas (2048) (sequence, KV head) CTAs: one split, the CTA writes the output directly (no merge).
-TEST(Decode, LargeBatchSingleSplit) {
+// Many sequences per range (520 sequences x 8 KV heads): most are written directly by the one CTA holding
+// them, those cut by range boundaries are merged.
+TEST(Decode, LargeBatchManySequencesPerRange) {
   REQUIRE_DEVICE();
   std::mt19937 rng(7);
   for (int d : {64, 128}) {
@@ -323,30 +399,26 @@ TEST(Decode, LargeBatchSingleSplit) {
     p.block_size = 32;
     std::uniform_int_distribution<int> len(1, 700);
     std::vector<int> lengths;
-    for (int i = 0; i < 260; ++i) lengths.push_back(len(rng));  // 260 x 8 KV heads = 2080 CTAs
+    for (int i = 0; i < 520; ++i) lengths.push_back(len(rng));  // 520 x 8 KV heads = 4160 CTAs
     lengths[3] = 256;
     lengths[4] = 257;
-    ASSERT_EQ(cuda::attention_detail::plan_decode(260, 8, 700).num_splits, 1);
     p.seqs = decode_seqs(lengths);
     p.seed = 11 + d;
     expect_close(p, Kernel::kDecode);
   }
 }
 
-// 130 sequences x 8 KV heads (>= half the CTA target, so keys are not spread): two splits of the planned
-// chunk, merged by the last CTA of each (sequence, KV head); sequences shorter than a chunk leave split 1 empty.
-TEST(Decode, TwoSplitsPlannedChunk) {
+// A large batch of short sequences and a few long ones: the long ones are cut over several ranges and merged,
+// the short ones mostly written by one CTA each.
+TEST(Decode, LongSequencesAmongShort) {
   REQUIRE_DEVICE();
-  using cuda::attention_detail::kDecodeTargetCtas;
   std::mt19937 rng(8);
-  std::uniform_int_distribution<int> len(1, 700);
+  std::uniform_int_distribution<int> len(1, 300);
   std::vector<int> lengths;
-  for (int i = 0; i < 130; ++i) lengths.push_back(len(rng));
-  lengths[0] = 700;
-  lengths[5] = 384;
+  for (int i = 0; i < 260; ++i) lengths.push_back(len(rng));
+  lengths[0] = 2000;
+  lengths[5] = 1500;
   lengths[6] = 385;
-  ASSERT_GE(130 * 8, kDecodeTargetCtas / 2);
-  ASSERT_EQ(cuda::attention_detail::plan_decode(130, 8, 700).num_splits, 2);
   Problem p;
   p.num_heads = 32;
   p.num_kv_heads = 8;
@@ -357,13 +429,10 @@ TEST(Decode, TwoSplitsPlannedChunk) {
   expect_close(p, Kernel::kDecode);
 }
 
-// Few (sequence, KV head) pairs and a bound far above the lengths (a decode graph of 8B shapes under tensor
-// parallelism): the plan's chunk (256 keys) is above the minimum, and each sequence's own keys are spread
-// evenly over the planned splits in smaller chunks.
-TEST(Decode, KeysSpreadOverPlannedSplits) {
+// Few sequences of very different lengths and a bound far above them (a decode graph of 8B shapes under tensor
+// parallelism): the longest are cut over many ranges, the shortest share one.
+TEST(Decode, FewSequencesOverManyRanges) {
   REQUIRE_DEVICE();
-  using cuda::attention_detail::kDecodeMinChunk;
-  using cuda::attention_detail::kDecodeTargetCtas;
   std::mt19937 rng(9);
   std::uniform_int_distribution<int> len(1, 6000);
   std::vector<int> lengths;
@@ -378,8 +447,6 @@ TEST(Decode, KeysSpreadOverPlannedSplits) {
   p.block_size = 16;
   p.seqs = decode_seqs(lengths);
   p.extra_bound_k = 2000;
-  ASSERT_LT(32 * 2, kDecodeTargetCtas / 2);
-  ASSERT_GT(cuda::attention_detail::plan_decode(32, 2, 8000).chunk, kDecodeMinChunk);
   p.seed = 17;
   expect_close(p, Kernel::kDecode);
 }
@@ -408,8 +475,8 @@ TEST(AttentionSmall, DecodeSplitsHeadDim64) {
   expect_close(p, Kernel::kDecode);
 }
 
-// The bound (as in a CUDA graph captured for longer sequences) is far above every real length: most splits of
-// every sequence are past its end, leave at once and must not be waited for by the merge.
+// The bound (as in a CUDA graph captured for longer sequences) is far above every real length: the ranges
+// follow the real lengths, not the bound.
 TEST(Decode, BoundFarAboveLengths) {
   REQUIRE_DEVICE();
   Problem p;
