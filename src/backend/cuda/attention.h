@@ -33,11 +33,11 @@ struct PagedAttentionArgs {
   float v_scale = 1.0f;
 };
 
-// Workspace (bytes) the split-KV decode needs for up to max_num_seqs sequences on the current device, whatever
-// their lengths. The caller allocates it once and zeroes at least its last
+// Workspace (bytes) the split-KV decode needs for up to max_num_seqs sequences on a device of sm_count
+// multiprocessors, whatever their lengths. The caller allocates it once and zeroes at least its last
 // decode_workspace_counter_bytes(max_num_seqs, num_kv_heads) before the first launch: they are arrival
 // counters, which every launch leaves at zero again.
-size_t decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim);
+size_t decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int sm_count);
 size_t decode_workspace_counter_bytes(int num_seqs, int num_kv_heads);
 // The most sequences one decode launch takes.
 int decode_max_num_seqs();
@@ -46,8 +46,8 @@ int decode_max_num_seqs();
 // CTAs, each computing all query heads of a GQA group; the last CTA of each (sequence, KV head) cut by range
 // boundaries merges its pieces. seq_lens_k is read before the stream's previous kernel has completed
 // (programmatic launch): it must be written by a copy or by a kernel that does not let its dependents start
-// early.
-void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes,
+// early. sm_count: the device's multiprocessor count (sizes the grid, one wave of CTAs).
+void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes, int sm_count,
                             cudaStream_t stream);
 
 // Any q_len (prefill, chunked prefill, prefix-cache hits): causal, varlen, tensor-core MMA tiles.

@@ -404,13 +404,6 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_min_ctas(G, kFp8))
   }
 }
 
-int multiprocessor_count() {
-  int device = 0, count = 0;
-  NANOVLLM_CUDA_CHECK(cudaGetDevice(&device));
-  NANOVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 constexpr int kPrefixBytes = (kDecodeMaxSeqs + 1) * sizeof(long long);  // the largest prefix array
 
 // Resident CTAs per SM of a decode kernel with the largest prefix array (its own arrays and the prefix stay
@@ -427,11 +420,10 @@ int decode_ctas_per_sm(Kernel kernel) {
 }
 
 template <int D, int G>
-void launch_decode(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+void launch_decode(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, int sm_count,
+                   cudaStream_t stream) {
   const auto kernel = a.fp8_cache ? decode_split_kernel<D, G, true> : decode_split_kernel<D, G, false>;
-  const int per_sm = decode_ctas_per_sm(kernel);
-  const int sms = multiprocessor_count();
-  const int num_ranges = decode_num_ranges(per_sm, sms, a.num_kv_heads);
+  const int num_ranges = decode_num_ranges(decode_ctas_per_sm(kernel), sm_count, a.num_kv_heads);
   const size_t slots = decode_slot_bound(a.num_seqs, num_ranges) * a.num_heads;
   const size_t need = slots * (D + 2) * sizeof(float) + decode_workspace_counter_bytes(a.num_seqs, a.num_kv_heads);
   if (workspace == nullptr || workspace_bytes < need)
@@ -451,32 +443,33 @@ void launch_decode(const PagedAttentionArgs& a, void* workspace, size_t workspac
 }
 
 template <int D>
-void dispatch_group(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+void dispatch_group(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, int sm_count,
+                    cudaStream_t stream) {
   switch (a.num_heads / a.num_kv_heads) {
     case 1:
-      return launch_decode<D, 1>(a, workspace, workspace_bytes, stream);
+      return launch_decode<D, 1>(a, workspace, workspace_bytes, sm_count, stream);
     case 2:
-      return launch_decode<D, 2>(a, workspace, workspace_bytes, stream);
+      return launch_decode<D, 2>(a, workspace, workspace_bytes, sm_count, stream);
     case 3:
-      return launch_decode<D, 3>(a, workspace, workspace_bytes, stream);
+      return launch_decode<D, 3>(a, workspace, workspace_bytes, sm_count, stream);
     case 4:
-      return launch_decode<D, 4>(a, workspace, workspace_bytes, stream);
+      return launch_decode<D, 4>(a, workspace, workspace_bytes, sm_count, stream);
     case 5:
-      return launch_decode<D, 5>(a, workspace, workspace_bytes, stream);
+      return launch_decode<D, 5>(a, workspace, workspace_bytes, sm_count, stream);
     case 6:
-      return launch_decode<D, 6>(a, workspace, workspace_bytes, stream);
+      return launch_decode<D, 6>(a, workspace, workspace_bytes, sm_count, stream);
     case 7:
-      return launch_decode<D, 7>(a, workspace, workspace_bytes, stream);
+      return launch_decode<D, 7>(a, workspace, workspace_bytes, sm_count, stream);
     default:
-      return launch_decode<D, 8>(a, workspace, workspace_bytes, stream);
+      return launch_decode<D, 8>(a, workspace, workspace_bytes, sm_count, stream);
   }
 }
 
 }  // namespace
 
-size_t decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim) {
+size_t decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int sm_count) {
   // Counters for every (sequence, KV head) of any launch within the bounds (num_kv_heads <= num_heads).
-  return decode_workspace_floats(max_num_seqs, num_heads, head_dim, multiprocessor_count()) * sizeof(float) +
+  return decode_workspace_floats(max_num_seqs, num_heads, head_dim, sm_count) * sizeof(float) +
          decode_workspace_counter_bytes(max_num_seqs, num_heads);
 }
 
@@ -497,7 +490,7 @@ std::string unsupported_attention_heads(int num_heads, int num_kv_heads, int hea
   return "";
 }
 
-void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes,
+void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes, int sm_count,
                             cudaStream_t stream) {
   validate_args(args, "paged_attention_decode");
   const int group_size = args.num_heads / args.num_kv_heads;
@@ -508,10 +501,12 @@ void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, siz
   if (args.num_seqs > kDecodeMaxSeqs)
     throw EngineError("paged_attention_decode: " + std::to_string(args.num_seqs) + " sequences; at most " +
                       std::to_string(kDecodeMaxSeqs) + " are supported");
+  if (sm_count <= 0)
+    throw EngineError("paged_attention_decode: sm_count " + std::to_string(sm_count) + " must be at least 1");
   if (args.head_dim == 64) {
-    dispatch_group<64>(args, workspace, workspace_bytes, stream);
+    dispatch_group<64>(args, workspace, workspace_bytes, sm_count, stream);
   } else {
-    dispatch_group<128>(args, workspace, workspace_bytes, stream);
+    dispatch_group<128>(args, workspace, workspace_bytes, sm_count, stream);
   }
 }
 

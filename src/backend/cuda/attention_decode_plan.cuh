@@ -7,11 +7,11 @@
 // inside a sequence and go on into the next ones, so every CTA reads the same number of keys however uneven
 // the lengths, and none waits for a slot or finishes long before the others. Measured on an H200 (0.6B
 // shapes): grids of one CTA per sequence and KV head streamed K/V at 55-84% of copy bandwidth, depending on
-// how uneven the lengths were and how full their last wave was; one wave of equal ranges at 64-98%. A queue
-// handing out several smaller ranges per CTA measured slower: each piece costs a CTA ~1 us. A sequence cut by
-// range boundaries gets one partial per range, merged by the last CTA to finish one; a sequence inside one
-// range is written directly. The grid only depends on the GPU and the number of KV heads, so a CUDA graph
-// replays it for any lengths.
+// how uneven the lengths were and how full their last wave was; one wave of equal ranges at 68-98%. A queue
+// handing out several smaller ranges per CTA measured slower (by the slowdown per added piece, ~1 us each).
+// A sequence cut by range boundaries gets one partial per range, merged by the last CTA to finish one; a
+// sequence inside one range is written directly. The grid only depends on the GPU and the number of KV heads,
+// so a CUDA graph replays it for any lengths.
 #include <cstddef>
 
 #include "common/host_device.h"
@@ -88,12 +88,10 @@ NANOVLLM_HOST_DEVICE KeySpan range_keys(long long prefix, int len, int range, co
 // Partials are stored per piece: sequence i's piece in range r goes to slot i + r. Slots are unique (for
 // i < j, a range of i is at most the first range of j) and below num_seqs + num_ranges; one sequence's slots
 // are consecutive.
-NANOVLLM_HOST_DEVICE size_t decode_slot_bound(int num_seqs, int num_ranges) {
-  return static_cast<size_t>(num_seqs) + num_ranges;
-}
+inline size_t decode_slot_bound(int num_seqs, int num_ranges) { return static_cast<size_t>(num_seqs) + num_ranges; }
 
 // Ranges (CTAs) per KV head of a launch on a GPU of `sms` SMs whose kernel keeps per_sm CTAs resident on each.
-NANOVLLM_HOST_DEVICE int decode_num_ranges(int per_sm, int sms, int num_kv_heads) {
+inline int decode_num_ranges(int per_sm, int sms, int num_kv_heads) {
   const int ctas = per_sm * sms / num_kv_heads;
   return ctas > 1 ? ctas : 1;
 }

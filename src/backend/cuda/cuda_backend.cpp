@@ -147,8 +147,9 @@ void CudaBackend::reserve(const BackendLimits& limits) {
     throw InvalidInput("the CUDA backend takes at most " + std::to_string(cuda::decode_max_num_seqs()) +
                        " sequences a step; max_num_seqs is " + std::to_string(limits.max_num_seqs));
   limits_ = limits;
-  if (limits.max_num_seqs > 0 && limits.num_heads > 0 && limits.head_dim > 0 && limits.max_model_len > 0) {
-    const size_t bytes = cuda::decode_workspace_bytes(limits.max_num_seqs, limits.num_heads, limits.head_dim);
+  if (limits.max_num_seqs > 0 && limits.num_heads > 0 && limits.head_dim > 0) {
+    const size_t bytes = cuda::decode_workspace_bytes(limits.max_num_seqs, limits.num_heads, limits.head_dim,
+                                                      props_.multiProcessorCount);
     attention_workspace_ = bytes ? allocate(bytes) : Buffer();
     // The decode kernel's arrival counters (the workspace's tail) start, and stay between launches, at zero;
     // zeroed on the stream the kernels run on (a cudaMemset would not be ordered before them).
@@ -413,7 +414,8 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
   if (batch.decode_only || batch.num_decode_rows > 0)
     require(reserved_, op, "reserve() must be called before decode attention (it sizes the split-KV workspace)");
   if (batch.decode_only) {
-    cuda::paged_attention_decode(args, attention_workspace_.data(), attention_workspace_.bytes(), stream_);
+    cuda::paged_attention_decode(args, attention_workspace_.data(), attention_workspace_.bytes(),
+                                 props_.multiProcessorCount, stream_);
   } else if (batch.num_decode_rows > 0) {
     // A mixed step: the decode rows through the split-KV decode kernel, the prompt chunks after them through the
     // prefill kernel. In the prefill launch a decode row would take a whole query tile and read its keys once per
@@ -423,7 +425,8 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
     cuda::PagedAttentionArgs decode = args;
     decode.num_seqs = d;
     decode.max_seqlen_q = 1;
-    cuda::paged_attention_decode(decode, attention_workspace_.data(), attention_workspace_.bytes(), stream_);
+    cuda::paged_attention_decode(decode, attention_workspace_.data(), attention_workspace_.bytes(),
+                                 props_.multiProcessorCount, stream_);
     cuda::PagedAttentionArgs prefill = args;
     prefill.cu_seqlens_q += d;
     prefill.seq_lens_k += d;

@@ -74,6 +74,12 @@ void upload(const DeviceBuffer& b, const std::vector<T>& v) {
   check(cudaMemcpy(b.ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
 }
 
+int sm_count() {
+  int count = 0;
+  check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0), "multiprocessor count");
+  return count;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -181,13 +187,13 @@ void bench_decode_lens(const Shape& s, const std::vector<int>& lens, int bound, 
   const size_t q_elems = static_cast<size_t>(batch) * s.num_heads * s.head_dim;
   DeviceBuffer q(q_elems * 2), out(q_elems * 2);
   fill(q, q_elems, 5, 2.f);
-  const size_t ws_bytes = nanovllm::cuda::decode_workspace_bytes(batch, s.num_heads, s.head_dim);
+  const size_t ws_bytes = nanovllm::cuda::decode_workspace_bytes(batch, s.num_heads, s.head_dim, sm_count());
   DeviceBuffer ws(ws_bytes);
   check(cudaMemset(ws.ptr, 0, std::max<size_t>(ws_bytes, 16)), "zero workspace");  // the decode's arrival counters
   auto args = make_args(s, batch, 1, bound, q, k, v, cu_d, lens_d, out, fp8);
   const auto call = [&](int rep) {
     args.block_tables = table.as<int>() + static_cast<size_t>(rep % tables) * needed;
-    nanovllm::cuda::paged_attention_decode(args, ws.ptr, ws_bytes, nullptr);
+    nanovllm::cuda::paged_attention_decode(args, ws.ptr, ws_bytes, sm_count(), nullptr);
   };
   const double us = time_us(reps, call);
   // 16 calls queued back to back between one pair of events: launch latency hidden, as in a CUDA graph.

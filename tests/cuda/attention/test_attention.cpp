@@ -37,6 +37,15 @@ bool have_device() {
 #define REQUIRE_DEVICE() \
   if (!have_device()) GTEST_SKIP() << "no CUDA device"
 
+int device_sms() {
+  int count = 0;
+  check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0), "multiprocessor count");
+  return count;
+}
+
+// For argument checks that throw before the grid is sized.
+constexpr int kAnySmCount = 132;
+
 enum class Kernel { kDecode, kPrefill };
 
 Comparison run_case(const Problem& p, Kernel kernel) {
@@ -47,19 +56,19 @@ Comparison run_case(const Problem& p, Kernel kernel) {
   std::vector<uint16_t> out;
   if (kernel == Kernel::kDecode) {
     const int num_seqs = static_cast<int>(p.seqs.size());
-    const size_t ws_bytes = cuda::decode_workspace_bytes(num_seqs, p.num_heads, p.head_dim);
+    const size_t ws_bytes = cuda::decode_workspace_bytes(num_seqs, p.num_heads, p.head_dim, device_sms());
     const size_t counter_bytes = cuda::decode_workspace_counter_bytes(num_seqs, p.num_kv_heads);
     workspace = device_alloc(ws_bytes);
     // Partials poisoned (a read of one never written shows), the arrival counters at the end zeroed.
     char* ws = static_cast<char*>(workspace.get());
     check(cudaMemset(ws, 0xff, std::max<size_t>(ws_bytes, 16)), "poison workspace");
     if (ws_bytes) check(cudaMemset(ws + ws_bytes - counter_bytes, 0, counter_bytes), "zero counters");
-    cuda::paged_attention_decode(dev.args, ws, ws_bytes, nullptr);
+    cuda::paged_attention_decode(dev.args, ws, ws_bytes, device_sms(), nullptr);
     out = download_output(dev);
     // A second launch on the same workspace (as a graph replay does) finds the counters back at zero and
     // writes the same bits.
     poison_output(dev);
-    cuda::paged_attention_decode(dev.args, ws, ws_bytes, nullptr);
+    cuda::paged_attention_decode(dev.args, ws, ws_bytes, device_sms(), nullptr);
     EXPECT_EQ(download_output(dev), out) << "second launch on the same workspace: " << p.describe();
     if (ws_bytes) {
       std::vector<int> counters(counter_bytes / sizeof(int));
@@ -117,7 +126,7 @@ TEST(AttentionArgs, RejectsUnsupportedHeadDim) {
   auto a = plausible_args();
   a.head_dim = 96;
   EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr), EngineError);
-  EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, nullptr), EngineError);
+  EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, kAnySmCount, nullptr), EngineError);
 }
 
 // The shapes a model may have that the kernels cannot run, named (the backend refuses such a model at load).
@@ -139,7 +148,7 @@ TEST(AttentionArgs, RejectsBadFp8Scales) {
     EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr), EngineError) << bad;
     a.v_scale = 1.0f;
     a.k_scale = bad;
-    EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, nullptr), EngineError) << bad;
+    EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, kAnySmCount, nullptr), EngineError) << bad;
   }
 }
 
@@ -156,14 +165,14 @@ TEST(AttentionArgs, RejectsHeadsNotMultipleOfKvHeads) {
   auto a = plausible_args();
   a.num_heads = 3;
   a.num_kv_heads = 2;
-  EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, nullptr), EngineError);
+  EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, kAnySmCount, nullptr), EngineError);
 }
 
 TEST(AttentionArgs, RejectsDecodeGroupAboveEight) {
   auto a = plausible_args();
   a.num_heads = 16;
   a.num_kv_heads = 1;
-  EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, nullptr), EngineError);
+  EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, kAnySmCount, nullptr), EngineError);
 }
 
 TEST(AttentionArgs, RejectsTooFewBlocksForBound) {
@@ -177,10 +186,20 @@ TEST(AttentionArgs, RejectsMoreSequencesThanDecodeTakes) {
   a.num_seqs = cuda::decode_max_num_seqs() + 1;
   a.max_seqlen_q = 1;
   try {
-    cuda::paged_attention_decode(a, nullptr, 0, nullptr);
+    cuda::paged_attention_decode(a, nullptr, 0, kAnySmCount, nullptr);
     FAIL() << "expected EngineError";
   } catch (const EngineError& e) {
     EXPECT_NE(std::string(e.what()).find("1025 sequences; at most 1024"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AttentionArgs, RejectsDecodeWithoutMultiprocessors) {
+  const cuda::PagedAttentionArgs a = plausible_args();
+  try {
+    cuda::paged_attention_decode(a, nullptr, 0, 0, nullptr);
+    FAIL() << "expected EngineError";
+  } catch (const EngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("sm_count 0"), std::string::npos) << e.what();
   }
 }
 
@@ -527,7 +546,7 @@ TEST(Decode, WorkspaceTooSmallThrows) {
   const HostBatch host = make_batch(p);
   DeviceBatch dev = upload(p, host);
   DevicePtr ws = device_alloc(64);
-  EXPECT_THROW(cuda::paged_attention_decode(dev.args, ws.get(), 64, nullptr), EngineError);
+  EXPECT_THROW(cuda::paged_attention_decode(dev.args, ws.get(), 64, device_sms(), nullptr), EngineError);
 }
 
 // ---- Prefill ----------------------------------------------------------------------------------------------
