@@ -20,6 +20,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_decode_plan.cuh"
+#include "backend/cuda/bf16_vec.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/programmatic_launch.cuh"
 
@@ -105,11 +106,16 @@ __device__ __forceinline__ int first_seq_of_range(const long long* seq_prefix, i
 // Called by every thread of each CTA holding a piece of a (sequence, KV head) cut by range boundaries, once its
 // partial is written. The CTA that arrives last (an atomic counter in the workspace, left at zero for the next
 // launch) weights each piece's normalised partial by sum * 2^(max - global max) and writes the bf16 output rows
-// of the GQA group.
-template <int D>
+// of the GQA group. All 128 threads share the work whatever the group: each head's global max is one warp's
+// strided reduction, and the pieces of each (head, 4 dims) item are split among several threads whose loads
+// are independent, so a merge of a hundred pieces costs a few rounds of L2 latency, not a hundred.
+template <int D, int G>
 __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const Piece& piece, const float* ws_acc,
                                               const float* ws_ml, int* counters_end) {
   __shared__ bool is_last;
+  __shared__ float head_max[kDecodeMaxGroup];
+  __shared__ float4 part_out[kDecodeThreads];
+  __shared__ float part_total[kDecodeThreads];
   __threadfence();  // this CTA's partial is visible on every SM before the CTA counts itself in
   __syncthreads();
   const int kv_head = blockIdx.x, seq = piece.seq;
@@ -125,38 +131,102 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const
   const int row = a.cu_seqlens_q[seq + 1] - 1;
   const int group_size = a.num_heads / a.num_kv_heads;
   const int head0 = kv_head * group_size;
+  const int count = piece.count, first_slot = piece.first_slot;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   // Plain loads see the other CTAs' partials: their fence and atomic come before this CTA's atomic and fence
   // (CUDA's memory model).
+  const float2* ml = reinterpret_cast<const float2*>(ws_ml);  // (max, sum) per slot and head
+  const auto slot_of = [&](int s, int h) { return static_cast<size_t>(first_slot + s) * a.num_heads + head0 + h; };
+  // Work items of G heads (a smaller real group leaves the extra heads' items idle).
   constexpr int kQuads = D / 4;  // 4 output dims per work item
-  for (int item = threadIdx.x; item < group_size * kQuads; item += blockDim.x) {
-    const int h = item / kQuads;
-    const int d4 = (item % kQuads) * 4;
-    const auto slot_of = [&](int s) { return static_cast<size_t>(piece.first_slot + s) * a.num_heads + head0 + h; };
-    const float2* ml = reinterpret_cast<const float2*>(ws_ml);  // (max, sum) per slot and head
-    float global_max = -INFINITY;
-#pragma unroll 4
-    for (int s = 0; s < piece.count; ++s)
-      if (ml[slot_of(s)].y > 0.f) global_max = fmaxf(global_max, ml[slot_of(s)].x);
-    float total = 0.f;
-    float o[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-    for (int s = 0; s < piece.count; ++s) {
-      const float2 split_ml = ml[slot_of(s)];
-      if (!(split_ml.y > 0.f)) continue;
-      const float w = split_ml.y * exp2f(split_ml.x - global_max);
-      total += w;
-      const float4 part = *reinterpret_cast<const float4*>(ws_acc + slot_of(s) * D + d4);
-      o[0] = fmaf(w, part.x, o[0]);
-      o[1] = fmaf(w, part.y, o[1]);
-      o[2] = fmaf(w, part.z, o[2]);
-      o[3] = fmaf(w, part.w, o[3]);
-    }
+  constexpr int kItems = G * kQuads;
+  constexpr int kParts = kItems < kDecodeThreads ? kDecodeThreads / kItems : 1;  // threads per item
+  auto write_row = [&](int item, const float(&o)[4], float total) {
+    const int h = item / kQuads, d4 = (item % kQuads) * 4;
     const float inv = total > 0.f ? 1.f / total : 0.f;
     __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D + d4;
     uint2 packed;
     packed.x = pack_bf16x2(o[0] * inv, o[1] * inv);
     packed.y = pack_bf16x2(o[2] * inv, o[3] * inv);
     *reinterpret_cast<uint2*>(dst) = packed;
+  };
+  if constexpr (kParts == 1) {
+    // Groups of 4+ heads have an item per thread: each thread finds its head's max itself (measured: a shared
+    // pass first made the G = 4 kernel's key loop 5% slower).
+    for (int item = tid; item < kItems; item += kDecodeThreads) {
+      const int h = item / kQuads, d4 = (item % kQuads) * 4;
+      if (h >= group_size) continue;
+      float global_max = -INFINITY;
+#pragma unroll 4
+      for (int s = 0; s < count; ++s)
+        if (ml[slot_of(s, h)].y > 0.f) global_max = fmaxf(global_max, ml[slot_of(s, h)].x);
+      float total = 0.f;
+      float o[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+      for (int s = 0; s < count; ++s) {
+        const float2 split_ml = ml[slot_of(s, h)];
+        if (!(split_ml.y > 0.f)) continue;
+        const float w = split_ml.y * exp2f(split_ml.x - global_max);
+        total += w;
+        const float4 acc = *reinterpret_cast<const float4*>(ws_acc + slot_of(s, h) * D + d4);
+        o[0] = fmaf(w, acc.x, o[0]);
+        o[1] = fmaf(w, acc.y, o[1]);
+        o[2] = fmaf(w, acc.z, o[2]);
+        o[3] = fmaf(w, acc.w, o[3]);
+      }
+      write_row(item, o, total);
+    }
+  } else {
+    for (int h = warp; h < group_size; h += kDecodeWarps) {
+      float m = -INFINITY;
+      for (int s = lane; s < count; s += 32) {
+        const float2 v = ml[slot_of(s, h)];
+        if (v.y > 0.f) m = fmaxf(m, v.x);
+      }
+      m = warp_max(m);
+      if (lane == 0) head_max[h] = m;
+    }
+    __syncthreads();
+
+    for (int work = tid; work < kItems * kParts; work += kDecodeThreads) {
+      const int item = work % kItems, part = work / kItems;
+      const int h = item / kQuads, d4 = (item % kQuads) * 4;
+      if (h >= group_size) continue;
+      const float global_max = head_max[h];
+      float total = 0.f;
+      float o[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+      for (int s = part; s < count; s += kParts) {
+        const float2 split_ml = ml[slot_of(s, h)];
+        const float4 acc = *reinterpret_cast<const float4*>(ws_acc + slot_of(s, h) * D + d4);
+        if (!(split_ml.y > 0.f)) continue;  // a piece without weight (its partial is zero)
+        const float w = split_ml.y * exp2f(split_ml.x - global_max);
+        total += w;
+        o[0] = fmaf(w, acc.x, o[0]);
+        o[1] = fmaf(w, acc.y, o[1]);
+        o[2] = fmaf(w, acc.z, o[2]);
+        o[3] = fmaf(w, acc.w, o[3]);
+      }
+      part_out[work] = make_float4(o[0], o[1], o[2], o[3]);
+      part_total[work] = total;
+    }
+    __syncthreads();
+    for (int item = tid; item < kItems; item += kDecodeThreads) {
+      if (item / kQuads >= group_size) continue;
+      float total = 0.f;
+      float o[4] = {0.f, 0.f, 0.f, 0.f};
+      // In order, so the sum does not depend on timing; not unrolled: that spilled registers of the key loop.
+#pragma unroll 1
+      for (int part = 0; part < kParts; ++part) {
+        const float4 p = part_out[part * kItems + item];
+        total += part_total[part * kItems + item];
+        o[0] += p.x;
+        o[1] += p.y;
+        o[2] += p.z;
+        o[3] += p.w;
+      }
+      write_row(item, o, total);
+    }
   }
 }
 
@@ -354,7 +424,7 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
       }
     }
   }
-  if (!single) merge_if_last<D>(a, piece, ws_acc, ws_ml, counters_end);
+  if (!single) merge_if_last<D, G>(a, piece, ws_acc, ws_ml, counters_end);
 }
 
 // Resident CTAs per SM the kernel is compiled for: the most whose register budget the key loop fits without

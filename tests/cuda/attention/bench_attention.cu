@@ -288,6 +288,7 @@ int main(int argc, char** argv) {
   bench_decode(qwen06, 1, 4096, copy_gbs, reps);
   bench_decode(qwen06, 1, 32768, copy_gbs, reps);
   bench_decode(qwen8, 256, 1024, copy_gbs, reps);
+  bench_decode(qwen8, 1, 32768, copy_gbs, reps);
   bench_decode(qwen32, 64, 2048, copy_gbs, reps);
   bench_decode(d64, 256, 1024, copy_gbs, reps);
   bench_prefill(qwen06, 16, 1024, reps);

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "attention_problem.h"
@@ -468,6 +469,26 @@ TEST(Decode, FewSequencesOverManyRanges) {
   p.extra_bound_k = 2000;
   p.seed = 17;
   expect_close(p, Kernel::kDecode);
+}
+
+// One long sequence cut into the most pieces a sequence may have (kDecodeMaxPieces), merged by the last CTA for
+// every group size and head size: the merge spreads the pieces of each output item over 1-8 threads depending on
+// G and D, so each layout of that work is checked with many pieces per thread. An odd length ends mid-block.
+TEST(Decode, OneLongSequenceMergedForEveryGroup) {
+  REQUIRE_DEVICE();
+  for (int d : {64, 128}) {
+    for (int group : {1, 2, 3, 4, 8}) {
+      Problem p;
+      p.num_kv_heads = 2;
+      p.num_heads = 2 * group;
+      p.head_dim = d;
+      p.block_size = 16;
+      p.seqs = decode_seqs({12345, 3});
+      p.seed = 90 + 10 * group + d;
+      SCOPED_TRACE("head_dim " + std::to_string(d) + ", group " + std::to_string(group));
+      expect_close(p, Kernel::kDecode);
+    }
+  }
 }
 
 // max_seqlen_k <= 128: one split even for one sequence.

@@ -1,11 +1,15 @@
 // Not a test: how far cuBLASLt's first heuristic pick (the one Gemm runs) is from the fastest algorithm the
-// heuristic lists, at Qwen3-8B's decode shapes on one GPU and per rank at tensor parallelism 2, for token
-// counts that take cuBLASLt (above kGemvMaxTokens). Each algorithm of Gemm::listed_algorithms (up to 32) runs
-// through Gemm::run_listed, 20 calls captured in a CUDA graph over rotated weight copies that exceed L2, next
-// to the memory floor (weights, input and output bytes / measured read bandwidth).
+// heuristic lists, at Qwen3-8B's decode shapes on one GPU and per rank at tensor parallelism 2 (or Qwen3-0.6B's),
+// for token counts that take cuBLASLt (above kGemvMaxTokens). Each algorithm of Gemm::listed_algorithms (up to
+// 32) runs through Gemm::run_listed, 20 calls captured in a CUDA graph over rotated weight copies that exceed L2,
+// next to the memory floor (weights, input and output bytes / measured read bandwidth). The first eight listed
+// algorithms that support split-K are also run with 2, 4, 8 and 16 splits (the heuristic rarely lists them).
 //
-//   bench_gemm_algos      (one line per op and M: floor, pick #0, the best pick and its rank in the list)
+//   bench_gemm_algos [8b|0.6b]  (one line per op and M: floor, pick #0, the best listed pick and its rank,
+//                                the best split-K variant and its split count)
 #include <cstdio>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -21,21 +25,52 @@ struct Shape {
   DType out;
 };
 
-void run() {
+// The fastest split-K variant (2-16 splits) of the first eight listed algorithms that support it: µs, or -1
+// when none ran; *splits_out gets its split count.
+double best_split_k(const std::vector<cublasLtMatmulAlgo_t>& algos,
+                    const std::function<double(const cublasLtMatmulAlgo_t&)>& time_us, int* splits_out) {
+  double best = -1;
+  int tried = 0;
+  for (const cublasLtMatmulAlgo_t& listed : algos) {
+    if (tried == 8) break;
+    for (int splits : {2, 4, 8, 16}) {
+      for (uint32_t scheme : {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE,
+                              CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE}) {
+        cublasLtMatmulAlgo_t algo = listed;
+        if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                                 sizeof(scheme)) != CUBLAS_STATUS_SUCCESS)
+          continue;
+        const double us = time_us(algo);
+        if (us > 0 && (best < 0 || us < best)) best = us, *splits_out = splits * 10 + static_cast<int>(scheme);
+      }
+    }
+    ++tried;
+  }
+  return best;
+}
+
+void run(bool small_model) {
   CudaBackend gpu(0);
   const double read_gbs = gpu.measure_read_bandwidth_gbs(size_t{2} << 30);
   std::printf("%s, read bandwidth %.0f GB/s (floors use it)\n", gpu.device_name().c_str(), read_gbs);
   Buffer workspace = gpu.allocate(32u << 20);
   cuda::Gemm gemm(workspace.data(), workspace.bytes());
 
-  const Shape shapes[] = {
+  const std::vector<Shape> shapes_0_6b = {
+      {"qkv", 4096, 1024, DType::BF16},  {"o", 1024, 2048, DType::BF16},        {"gate_up", 6144, 1024, DType::BF16},
+      {"down", 1024, 3072, DType::BF16}, {"lm_head", 151936, 1024, DType::F32},
+  };
+  const std::vector<Shape> shapes_8b = {
       {"qkv tp1", 6144, 4096, DType::BF16},      {"o tp1", 4096, 4096, DType::BF16},
       {"gate_up tp1", 24576, 4096, DType::BF16}, {"down tp1", 4096, 12288, DType::BF16},
       {"lm_head tp1", 151936, 4096, DType::F32}, {"qkv tp2", 3072, 4096, DType::BF16},
       {"o tp2", 4096, 2048, DType::BF16},        {"gate_up tp2", 12288, 4096, DType::BF16},
       {"down tp2", 4096, 6144, DType::BF16},     {"lm_head tp2", 75968, 4096, DType::F32},
   };
-  const int ms[] = {64, 128, 256};
+  const std::vector<Shape>& shapes = small_model ? shapes_0_6b : shapes_8b;
+  const int ms[] = {32, 64, 128, 256};
   Buffer x = gpu.allocate(size_t{256} * 12288 * 2);
   Buffer out = gpu.allocate(size_t{256} * 151936 * 4);
   {
@@ -44,7 +79,8 @@ void run() {
       host[i] = 0.01f * static_cast<float>(static_cast<int>(i * 2654435761u % 201) - 100);
     gpu.upload_converted(host.data(), DType::F32, x.data(), static_cast<int64_t>(host.size()));
   }
-  std::printf("%-12s %4s %9s %9s %9s %6s %5s\n", "op", "M", "floor us", "pick0 us", "best us", "gain", "rank");
+  std::printf("%-12s %4s %9s %9s %9s %6s %5s %9s %6s\n", "op", "M", "floor us", "pick0 us", "best us", "gain", "rank",
+              "splitK us", "splits");
   for (const Shape& s : shapes) {
     const size_t w_bytes = size_t{2} * s.n * s.k;
     const int copies = static_cast<int>(std::max<size_t>(2, (size_t{256} << 20) / w_bytes + 1));
@@ -59,14 +95,21 @@ void run() {
       const std::vector<cublasLtMatmulAlgo_t> algos = gemm.listed_algorithms(m, s.n, s.k, s.out, 32);
       double pick0 = -1, best = -1;
       int best_rank = -1;
-      for (size_t r = 0; r < algos.size(); ++r) {
-        bool ok = true;
-        const double us = test::graph_time_us(gpu, [&](int i) {
-          ok = ok && gemm.run_listed(algos[r], static_cast<const __nv_bfloat16*>(x.data()),
-                                     static_cast<const __nv_bfloat16*>(weights[i % copies].data()), out.data(), s.out,
-                                     m, s.n, s.k, gpu.stream());
+      // µs per call, or -1 when cuBLASLt refuses the algorithm for this shape.
+      auto time_us = [&](const cublasLtMatmulAlgo_t& algo) {
+        if (!gemm.run_listed(algo, static_cast<const __nv_bfloat16*>(x.data()),
+                             static_cast<const __nv_bfloat16*>(weights[0].data()), out.data(), s.out, m, s.n, s.k,
+                             gpu.stream()))
+          return -1.0;
+        return test::graph_time_us(gpu, [&](int i) {
+          gemm.run_listed(algo, static_cast<const __nv_bfloat16*>(x.data()),
+                          static_cast<const __nv_bfloat16*>(weights[i % copies].data()), out.data(), s.out, m, s.n, s.k,
+                          gpu.stream());
         });
-        if (!ok) continue;  // refused for this shape: not timed
+      };
+      for (size_t r = 0; r < algos.size(); ++r) {
+        const double us = time_us(algos[r]);
+        if (us < 0) continue;  // refused for this shape: not timed
         if (r == 0) pick0 = us;
         if (best < 0 || us < best) best = us, best_rank = static_cast<int>(r);
       }
@@ -78,8 +121,10 @@ void run() {
                     pick0 < 0 ? "n/a" : "", best < 0 ? "n/a" : "", "", "");
         continue;
       }
-      std::printf("%-12s %4d %9.1f %9.1f %9.1f %5.1f%% %2d/%zu\n", s.name, m, floor_us, pick0, best,
-                  100.0 * (pick0 - best) / pick0, best_rank, algos.size());
+      int splits = 0;
+      const double split_best = best_split_k(algos, time_us, &splits);
+      std::printf("%-12s %4d %9.1f %9.1f %9.1f %5.1f%% %2d/%zu %9.1f %6d\n", s.name, m, floor_us, pick0, best,
+                  100.0 * (pick0 - best) / pick0, best_rank, algos.size(), split_best, splits);
     }
   }
 }
@@ -87,9 +132,9 @@ void run() {
 }  // namespace
 }  // namespace nanovllm
 
-int main() {
+int main(int argc, char** argv) {
   try {
-    nanovllm::run();
+    nanovllm::run(argc > 1 && std::string(argv[1]) == "0.6b");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gemm_algos: %s\n", e.what());
     return 1;
