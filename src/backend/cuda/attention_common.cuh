@@ -95,6 +95,10 @@ struct CacheVec<true, 8> {
   }
   static __device__ __forceinline__ Raw zero() { return make_uint2(0, 0); }
   static __device__ __forceinline__ void to_float(const Raw& r, float (&f)[8]) { fp8x8_to_float(r, f); }
+  static __device__ __forceinline__ void to_half2(const Raw& r, __half2 (&h)[4]) {
+    fp8x4_to_half2(r.x, h[0], h[1]);
+    fp8x4_to_half2(r.y, h[2], h[3]);
+  }
 };
 
 template <>
@@ -107,6 +111,12 @@ struct CacheVec<true, 16> {
   static __device__ __forceinline__ void to_float(const Raw& r, float (&f)[16]) {
     fp8x8_to_float(make_uint2(r.x, r.y), reinterpret_cast<float(&)[8]>(f[0]));
     fp8x8_to_float(make_uint2(r.z, r.w), reinterpret_cast<float(&)[8]>(f[8]));
+  }
+  static __device__ __forceinline__ void to_half2(const Raw& r, __half2 (&h)[8]) {
+    fp8x4_to_half2(r.x, h[0], h[1]);
+    fp8x4_to_half2(r.y, h[2], h[3]);
+    fp8x4_to_half2(r.z, h[4], h[5]);
+    fp8x4_to_half2(r.w, h[6], h[7]);
   }
 };
 

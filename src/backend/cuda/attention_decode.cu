@@ -11,9 +11,11 @@
 // and the last CTA of the (sequence, KV head) to finish combines them (merge_if_last): no second launch, whose
 // fixed cost was ~5 us a layer in a decode step.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <string>
 
@@ -283,6 +285,32 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
       for (int i = 0; i < kVec; ++i) q[h][i] = 0.f;
     }
   }
+  // FP8 cache: the products run on half pairs (codes become halves at one instruction a pair, floats at three).
+  // Each head's queries are scaled by a power of two that puts their largest magnitude in [8, 16), so a half
+  // summing kVec / 2 products with codes (|code| <= 448) stays below 65504; the power goes back into the fp32
+  // score, exactly. Half keeps 11 bits, more than the bf16 queries carry.
+  __half2 q_half[kFp8 ? G : 1][kVec / 2];
+  float q_unscale[G];
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      float largest = 0.f;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) largest = fmaxf(largest, fabsf(q[h][i]));
+#pragma unroll
+      for (int offset = kLanes / 2; offset >= 1; offset /= 2)
+        largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+      int power = 0;
+      if (largest > 0.f && largest <= FLT_MAX) {
+        frexpf(largest, &power);  // largest = m * 2^power, m in [0.5, 1)
+        power = max(power - 4, -100);
+      }
+      q_unscale[h] = ldexpf(1.f, power);
+      const float down = ldexpf(1.f, -power);
+#pragma unroll
+      for (int i = 0; i < kVec / 2; ++i) q_half[h][i] = __floats2half2_rn(q[h][2 * i] * down, q[h][2 * i + 1] * down);
+    }
+  }
 
   float run_max[G], run_sum[G], acc[G][kVec];
 #pragma unroll
@@ -324,14 +352,27 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
     float score[kUnroll][G];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      float k[kVec];
-      Vec::to_float(k_raw[u], k);
+      if constexpr (kFp8) {
+        __half2 k[kVec / 2];
+        Vec::to_half2(k_raw[u], k);
 #pragma unroll
-      for (int h = 0; h < G; ++h) {
-        float s = 0.f;
+        for (int h = 0; h < G; ++h) {
+          __half2 s = __hmul2(q_half[h][0], k[0]);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) s = fmaf(q[h][i], k[i], s);
-        score[u][h] = s;
+          for (int i = 1; i < kVec / 2; ++i) s = __hfma2(q_half[h][i], k[i], s);
+          const float2 pair = __half22float2(s);
+          score[u][h] = (pair.x + pair.y) * q_unscale[h];
+        }
+      } else {
+        float k[kVec];
+        Vec::to_float(k_raw[u], k);
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+          float s = 0.f;
+#pragma unroll
+          for (int i = 0; i < kVec; ++i) s = fmaf(q[h][i], k[i], s);
+          score[u][h] = s;
+        }
       }
     }
 #pragma unroll
@@ -343,10 +384,18 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
       }
     }
 
-    // Online softmax, one rescale per iteration.
-    float v[kUnroll][kVec];
+    // Online softmax, one rescale per iteration. FP8: the iteration's p * v are summed in half pairs (p <= 1,
+    // |code| <= 448, at most 8 keys: below 65504), then added to the fp32 accumulators.
+    float v[kFp8 ? 1 : kUnroll][kVec];
+    __half2 v_half[kFp8 ? kUnroll : 1][kVec / 2];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) Vec::to_float(v_raw[u], v[u]);
+    for (int u = 0; u < kUnroll; ++u) {
+      if constexpr (kFp8) {
+        Vec::to_half2(v_raw[u], v_half[u]);
+      } else {
+        Vec::to_float(v_raw[u], v[u]);
+      }
+    }
 #pragma unroll
     for (int h = 0; h < G; ++h) {
       float tile_max = run_max[h];
@@ -360,12 +409,31 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
       run_sum[h] *= correction;
 #pragma unroll
       for (int i = 0; i < kVec; ++i) acc[h][i] *= correction;
+      if constexpr (kFp8) {
+        __half2 pv[kVec / 2];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float p = valid[u] ? exp2f(score[u][h] - ref) : 0.f;
-        run_sum[h] += p;
+        for (int u = 0; u < kUnroll; ++u) {
+          const float p = valid[u] ? exp2f(score[u][h] - ref) : 0.f;
+          run_sum[h] += p;
+          const __half2 p2 = __float2half2_rn(p);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) acc[h][i] = fmaf(p, v[u][i], acc[h][i]);
+          for (int i = 0; i < kVec / 2; ++i)
+            pv[i] = u == 0 ? __hmul2(p2, v_half[u][i]) : __hfma2(p2, v_half[u][i], pv[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < kVec / 2; ++i) {
+          const float2 pair = __half22float2(pv[i]);
+          acc[h][2 * i] += pair.x;
+          acc[h][2 * i + 1] += pair.y;
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const float p = valid[u] ? exp2f(score[u][h] - ref) : 0.f;
+          run_sum[h] += p;
+#pragma unroll
+          for (int i = 0; i < kVec; ++i) acc[h][i] = fmaf(p, v[u][i], acc[h][i]);
+        }
       }
     }
   }

@@ -27,6 +27,14 @@ __device__ __forceinline__ float2 fp8x2_to_float2(uint32_t pair) {
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
+// Four codes (first value in the low byte) as two half pairs, in order: one conversion instruction a pair.
+__device__ __forceinline__ void fp8x4_to_half2(uint32_t word, __half2& lo, __half2& hi) {
+  const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word & 0xffffu), __NV_E4M3);
+  const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> 16), __NV_E4M3);
+  lo = *reinterpret_cast<const __half2*>(&a);
+  hi = *reinterpret_cast<const __half2*>(&b);
+}
+
 __device__ __forceinline__ void fp8x8_to_float(const uint2& v, float (&f)[8]) {
   const uint32_t w[2] = {v.x, v.y};
 #pragma unroll

@@ -406,6 +406,28 @@ TEST(Decode, Fp8LongSequenceAndLargeBatch) {
   }
 }
 
+// The FP8 decode multiplies half pairs after scaling each head's query by a power of two: scales far from one
+// (saturated codes of tiny values, large codes of large ones) must not overflow or lose the scores.
+TEST(Decode, Fp8ScalesFarFromOne) {
+  REQUIRE_DEVICE();
+  for (const float scale : {1e-4f, 30.0f}) {
+    for (int group : {2, 4}) {
+      Problem p;
+      p.num_kv_heads = 2;
+      p.num_heads = 2 * group;
+      p.head_dim = 128;
+      p.block_size = 16;
+      p.seqs = decode_seqs({1, 77, 1000});
+      p.fp8 = true;
+      p.k_scale = scale;
+      p.v_scale = scale;
+      p.seed = 60 + group;
+      SCOPED_TRACE("scale " + std::to_string(scale) + ", group " + std::to_string(group));
+      expect_close(p, Kernel::kDecode);
+    }
+  }
+}
+
 // Many sequences per range (520 sequences x 8 KV heads): most are written directly by the one CTA holding
 // them, those cut by range boundaries are merged.
 TEST(Decode, LargeBatchManySequencesPerRange) {
