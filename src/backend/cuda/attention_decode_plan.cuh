@@ -23,7 +23,8 @@ constexpr int kDecodeMaxGroup = 8;       // query heads per KV head
 constexpr int kDecodeMaxCtasPerSm = 16;  // 128-thread CTAs: 2048 threads per SM
 // Ranges are at least 1/kDecodeMaxPieces of the longest sequence, so that its partials stay few enough for
 // one CTA to merge them quickly. Measured on an H200 with the merge spread over the CTA's threads (1 x 32k keys,
-// 0.6B heads): 32 pieces 65 us, 64 pieces 54 us, 128 pieces 53 us (FP8 cache: 45 / 37 / 48 us).
+// 0.6B heads): 32 pieces 65 us, 64 pieces 54 us, 128 pieces 53 us (FP8 cache, before its prefetch: 45 / 37 /
+// 48 us).
 constexpr int kDecodeMaxPieces = 64;
 constexpr int kDecodeMaxSeqs = 1024;  // the kernel keeps every sequence's prefix in shared memory (8 KiB)
 

@@ -21,18 +21,19 @@ __device__ __forceinline__ uint2 fp8x8_from_float(const float (&f)[8]) {
   return make_uint2(word[0], word[1]);
 }
 
-// Two codes (the low 16 bits of `pair`, first value in the low byte) as floats.
-__device__ __forceinline__ float2 fp8x2_to_float2(uint32_t pair) {
+// Two codes (the low 16 bits of `pair`, first value in the low byte) as a half pair: one instruction.
+__device__ __forceinline__ __half2 fp8x2_to_half2(uint32_t pair) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xffffu), __NV_E4M3);
-  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return *reinterpret_cast<const __half2*>(&h);
 }
 
-// Four codes (first value in the low byte) as two half pairs, in order: one conversion instruction a pair.
+// The same two codes as floats.
+__device__ __forceinline__ float2 fp8x2_to_float2(uint32_t pair) { return __half22float2(fp8x2_to_half2(pair)); }
+
+// Four codes (first value in the low byte) as two half pairs, in order.
 __device__ __forceinline__ void fp8x4_to_half2(uint32_t word, __half2& lo, __half2& hi) {
-  const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word & 0xffffu), __NV_E4M3);
-  const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> 16), __NV_E4M3);
-  lo = *reinterpret_cast<const __half2*>(&a);
-  hi = *reinterpret_cast<const __half2*>(&b);
+  lo = fp8x2_to_half2(word);
+  hi = fp8x2_to_half2(word >> 16);
 }
 
 __device__ __forceinline__ void fp8x8_to_float(const uint2& v, float (&f)[8]) {

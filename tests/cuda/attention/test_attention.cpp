@@ -551,7 +551,7 @@ TEST(Decode, BoundFarAboveLengths) {
   expect_close(p, Kernel::kDecode);
 }
 
-// Group sizes that are not powers of two run on the next template (3 -> 4, 5/6 -> 8).
+// Group sizes that are not powers of two (each size 1..8 has its own kernel instantiation).
 TEST(Decode, OddGroupSizes) {
   REQUIRE_DEVICE();
   for (int group : {3, 5, 6}) {

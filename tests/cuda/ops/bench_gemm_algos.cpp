@@ -3,13 +3,15 @@
 // for token counts that take cuBLASLt (above kGemvMaxTokens). Each algorithm of Gemm::listed_algorithms (up to
 // 32) runs through Gemm::run_listed, 20 calls captured in a CUDA graph over rotated weight copies that exceed L2,
 // next to the memory floor (weights, input and output bytes / measured read bandwidth). The first eight listed
-// algorithms that support split-K are also run with 2, 4, 8 and 16 splits (the heuristic rarely lists them).
+// algorithms are also run with 2, 4, 8 and 16 splits of K under each reduction scheme cuBLASLt accepts (the
+// heuristic rarely lists split-K).
 //
 //   bench_gemm_algos [8b|0.6b]  (one line per op and M: floor, pick #0, the best listed pick and its rank,
-//                                the best split-K variant and its split count)
+//                                the best split-K variant, its split count and reduction scheme)
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -25,17 +27,25 @@ struct Shape {
   DType out;
 };
 
-// The fastest split-K variant (2-16 splits) of the first eight listed algorithms that support it: µs, or -1
-// when none ran; *splits_out gets its split count.
-double best_split_k(const std::vector<cublasLtMatmulAlgo_t>& algos,
-                    const std::function<double(const cublasLtMatmulAlgo_t&)>& time_us, int* splits_out) {
-  double best = -1;
+// The fastest split-K variant (2-16 splits, each reduction scheme) of the first eight listed algorithms; a
+// variant cuBLASLt refuses is skipped. us is -1 when none ran.
+struct SplitK {
+  double us = -1;
+  int splits = 0;
+  const char* scheme = "-";
+};
+
+SplitK best_split_k(const std::vector<cublasLtMatmulAlgo_t>& algos,
+                    const std::function<double(const cublasLtMatmulAlgo_t&)>& time_us) {
+  const std::pair<uint32_t, const char*> schemes[] = {{CUBLASLT_REDUCTION_SCHEME_INPLACE, "inplace"},
+                                                      {CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, "compute"},
+                                                      {CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE, "output"}};
+  SplitK best;
   int tried = 0;
   for (const cublasLtMatmulAlgo_t& listed : algos) {
     if (tried == 8) break;
     for (int splits : {2, 4, 8, 16}) {
-      for (uint32_t scheme : {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE,
-                              CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE}) {
+      for (const auto& [scheme, scheme_name] : schemes) {
         cublasLtMatmulAlgo_t algo = listed;
         if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)) !=
                 CUBLAS_STATUS_SUCCESS ||
@@ -43,7 +53,7 @@ double best_split_k(const std::vector<cublasLtMatmulAlgo_t>& algos,
                                                  sizeof(scheme)) != CUBLAS_STATUS_SUCCESS)
           continue;
         const double us = time_us(algo);
-        if (us > 0 && (best < 0 || us < best)) best = us, *splits_out = splits * 10 + static_cast<int>(scheme);
+        if (us > 0 && (best.us < 0 || us < best.us)) best = SplitK{us, splits, scheme_name};
       }
     }
     ++tried;
@@ -79,8 +89,8 @@ void run(bool small_model) {
       host[i] = 0.01f * static_cast<float>(static_cast<int>(i * 2654435761u % 201) - 100);
     gpu.upload_converted(host.data(), DType::F32, x.data(), static_cast<int64_t>(host.size()));
   }
-  std::printf("%-12s %4s %9s %9s %9s %6s %5s %9s %6s\n", "op", "M", "floor us", "pick0 us", "best us", "gain", "rank",
-              "splitK us", "splits");
+  std::printf("%-12s %4s %9s %9s %9s %6s %5s %9s %6s %8s\n", "op", "M", "floor us", "pick0 us", "best us", "gain",
+              "rank", "splitK us", "splits", "scheme");
   for (const Shape& s : shapes) {
     const size_t w_bytes = size_t{2} * s.n * s.k;
     const int copies = static_cast<int>(std::max<size_t>(2, (size_t{256} << 20) / w_bytes + 1));
@@ -121,10 +131,9 @@ void run(bool small_model) {
                     pick0 < 0 ? "n/a" : "", best < 0 ? "n/a" : "", "", "");
         continue;
       }
-      int splits = 0;
-      const double split_best = best_split_k(algos, time_us, &splits);
-      std::printf("%-12s %4d %9.1f %9.1f %9.1f %5.1f%% %2d/%zu %9.1f %6d\n", s.name, m, floor_us, pick0, best,
-                  100.0 * (pick0 - best) / pick0, best_rank, algos.size(), split_best, splits);
+      const SplitK split = best_split_k(algos, time_us);
+      std::printf("%-12s %4d %9.1f %9.1f %9.1f %5.1f%% %2d/%zu %9.1f %6d %8s\n", s.name, m, floor_us, pick0, best,
+                  100.0 * (pick0 - best) / pick0, best_rank, algos.size(), split.us, split.splits, split.scheme);
     }
   }
 }
