@@ -50,8 +50,17 @@ int decode_max_num_seqs();
 void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes, int sm_count,
                             cudaStream_t stream);
 
+// Which prefill kernel runs: kAuto takes the wgmma kernel where it can (an sm_90 device, a build with sm_90a
+// code) and the mma.sync kernel elsewhere; kMmaSync always takes the mma.sync kernel (tests and benchmarks
+// compare the two on Hopper).
+enum class PrefillKernel { kAuto, kMmaSync };
+
 // Any q_len (prefill, chunked prefill, prefix-cache hits): causal, varlen, tensor-core MMA tiles.
-void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream);
+void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream,
+                             PrefillKernel kernel = PrefillKernel::kAuto);
+
+// Whether kAuto takes the wgmma kernel on the current device.
+bool prefill_uses_wgmma();
 
 // Why the attention kernels cannot run a model with these heads, or "" when they can (head_dim 64 or 128, and a
 // decode group of at most 8 query heads per KV head). The backend asks when it is set up, so that such a model

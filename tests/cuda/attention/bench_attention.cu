@@ -254,18 +254,25 @@ void bench_prefill(const Shape& s, int batch, int len, int reps, bool fp8 = fals
   fill(q, q_elems, 9, 2.f);
   auto args = make_args(s, batch, len, len, q, k, v, cu_d, lens_d, out, fp8);
   args.block_tables = table.as<int>();
-  const double us = time_us(reps, [&](int) { nanovllm::cuda::paged_attention_prefill(args, nullptr); });
-  check(cudaDeviceSynchronize(), "prefill");
   // Causal: each sequence has len (len + 1) / 2 (query, key) pairs; QK^T and PV are 2 flops per MAC each.
   const double flops = 4.0 * s.num_heads * s.head_dim * batch * (static_cast<double>(len) * (len + 1) / 2);
-  std::printf("prefill %-10s %s batch %4d len %6d            | %9.1f us | %8.2f TFLOP/s\n", s.name,
-              fp8 ? "fp8 " : "bf16", batch, len, us, flops / (us * 1e-6) / 1e12);
+  // The kernel the engine runs, and on Hopper the mma.sync kernel beside it.
+  using nanovllm::cuda::PrefillKernel;
+  for (const PrefillKernel kernel : {PrefillKernel::kAuto, PrefillKernel::kMmaSync}) {
+    if (kernel == PrefillKernel::kMmaSync && !nanovllm::cuda::prefill_uses_wgmma()) break;
+    const double us = time_us(reps, [&](int) { nanovllm::cuda::paged_attention_prefill(args, nullptr, kernel); });
+    check(cudaDeviceSynchronize(), "prefill");
+    const bool wgmma = kernel == PrefillKernel::kAuto && nanovllm::cuda::prefill_uses_wgmma();
+    std::printf("prefill %-10s %s batch %4d len %6d %-8s   | %9.1f us | %8.2f TFLOP/s\n", s.name, fp8 ? "fp8 " : "bf16",
+                batch, len, wgmma ? "wgmma" : "mma.sync", us, flops / (us * 1e-6) / 1e12);
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
+  const bool prefill_only = argc > 2 && std::string(argv[2]) == "prefill";
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("bench_attention: no CUDA device\n");
@@ -281,6 +288,17 @@ int main(int argc, char** argv) {
   const Shape qwen8{"8B(32/8)", 32, 8, 128, 256};
   const Shape qwen32{"32B(64/8)", 64, 8, 128, 16};
   const Shape d64{"d64(8/8)", 8, 8, 64, 16};
+  if (prefill_only) {  // the prefill rows alone, at the long-context shapes too
+    for (const Shape& s : {qwen06, qwen8}) {
+      bench_prefill(s, 16, 1024, reps);
+      bench_prefill(s, 16, 16384, reps);
+      bench_prefill(s, 1, 32768, reps);
+    }
+    bench_prefill(d64, 16, 1024, reps);
+    bench_prefill(qwen06, 16, 1024, reps, true);
+    bench_prefill(qwen06, 1, 16384, reps, true);
+    return 0;
+  }
   bench_decode(qwen06, 256, 1024, copy_gbs, reps);
   bench_decode(qwen06, 128, 2048, copy_gbs, reps);
   bench_decode(qwen06, 64, 4096, copy_gbs, reps);

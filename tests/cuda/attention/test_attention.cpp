@@ -47,7 +47,15 @@ int device_sms() {
 // For argument checks that throw before the grid is sized.
 constexpr int kAnySmCount = 132;
 
-enum class Kernel { kDecode, kPrefill };
+// kPrefill: the kernel the engine runs (wgmma on Hopper); kPrefillMmaSync: the mma.sync kernel, which
+// expect_close also checks wherever kPrefill is the wgmma kernel.
+enum class Kernel { kDecode, kPrefill, kPrefillMmaSync };
+
+const char* kernel_name(Kernel kernel) {
+  if (kernel == Kernel::kDecode) return "decode ";
+  if (kernel == Kernel::kPrefillMmaSync) return "prefill mma.sync";
+  return cuda::prefill_uses_wgmma() ? "prefill wgmma" : "prefill mma.sync";
+}
 
 Comparison run_case(const Problem& p, Kernel kernel) {
   const HostBatch host = make_batch(p);
@@ -79,22 +87,23 @@ Comparison run_case(const Problem& p, Kernel kernel) {
           << "arrival counters not back at zero: " << p.describe();
     }
   } else {
-    cuda::paged_attention_prefill(dev.args, nullptr);
+    cuda::paged_attention_prefill(
+        dev.args, nullptr, kernel == Kernel::kPrefill ? cuda::PrefillKernel::kAuto : cuda::PrefillKernel::kMmaSync);
     out = download_output(dev);
   }
   const std::vector<double> ref = reference_attention(p, host);
   const Comparison c = compare(out, ref, static_cast<size_t>(p.num_heads) * p.head_dim);
-  std::printf("[attn] %s %s: %s\n", kernel == Kernel::kDecode ? "decode " : "prefill", p.describe().c_str(),
-              c.str().c_str());
+  std::printf("[attn] %s %s: %s\n", kernel_name(kernel), p.describe().c_str(), c.str().c_str());
   return c;
 }
 
 void expect_close(const Problem& p, Kernel kernel) {
   const Comparison c = run_case(p, kernel);
-  EXPECT_EQ(c.unwritten, 0u) << p.describe();
-  EXPECT_EQ(c.guard_touched, 0u) << p.describe();
-  EXPECT_LE(c.rel, kRelTolerance) << p.describe();
-  EXPECT_LE(c.max_abs, kAbsTolerance) << p.describe();
+  EXPECT_EQ(c.unwritten, 0u) << kernel_name(kernel) << " " << p.describe();
+  EXPECT_EQ(c.guard_touched, 0u) << kernel_name(kernel) << " " << p.describe();
+  EXPECT_LE(c.rel, kRelTolerance) << kernel_name(kernel) << " " << p.describe();
+  EXPECT_LE(c.max_abs, kAbsTolerance) << kernel_name(kernel) << " " << p.describe();
+  if (kernel == Kernel::kPrefill && cuda::prefill_uses_wgmma()) expect_close(p, Kernel::kPrefillMmaSync);
 }
 
 std::vector<SeqSpec> decode_seqs(const std::vector<int>& lengths) {
@@ -658,6 +667,15 @@ TEST(AttentionSmall, PrefillSmallMixed) {
     p.seed = 5 + d;
     expect_close(p, Kernel::kPrefill);
   }
+}
+
+// On Hopper the engine's prefill is the wgmma kernel (a build without sm_90a code would silently fall back).
+TEST(Prefill, HopperTakesTheWgmmaKernel) {
+  REQUIRE_DEVICE();
+  int major = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "compute capability");
+  if (major != 9) GTEST_SKIP() << "not an sm_90 device";
+  EXPECT_TRUE(cuda::prefill_uses_wgmma());
 }
 
 // Decode and prefill compute the same function on q_len 1 rows.
