@@ -568,14 +568,17 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_min_ctas(G, kFp8))
 
 constexpr int kPrefixBytes = (kDecodeMaxSeqs + 1) * sizeof(long long);  // the largest prefix array
 
-// Resident CTAs per SM of a decode kernel with the largest prefix array (its own arrays and the prefix stay
-// within the 48 KiB a kernel gets without asking). Occupancy depends on the kernel and the GPU's kind only, so
-// it is asked once per instantiation.
-template <typename Kernel>
-int decode_ctas_per_sm(Kernel kernel) {
-  static const int per_sm = [kernel] {
+// Resident CTAs per SM of decode_split_kernel<D, G, kFp8> with the largest prefix array (its own arrays and the
+// prefix stay within the 48 KiB a kernel gets without asking). Occupancy depends on the kernel and the GPU's
+// kind only, so it is asked once per instantiation: the cache is a static of this template, keyed on the
+// kernel's parameters (every instantiation has the same function type, so a cache keyed on that type would hand
+// the first kernel's answer to all of them).
+template <int D, int G, bool kFp8>
+int decode_ctas_per_sm() {
+  static const int per_sm = [] {
     int blocks = 0;
-    NANOVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kDecodeThreads, kPrefixBytes));
+    NANOVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_split_kernel<D, G, kFp8>,
+                                                                      kDecodeThreads, kPrefixBytes));
     return std::clamp(blocks, 1, kDecodeMaxCtasPerSm);
   }();
   return per_sm;
@@ -585,7 +588,8 @@ template <int D, int G>
 void launch_decode(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, int sm_count,
                    cudaStream_t stream) {
   const auto kernel = a.fp8_cache ? decode_split_kernel<D, G, true> : decode_split_kernel<D, G, false>;
-  const int num_ranges = decode_num_ranges(decode_ctas_per_sm(kernel), sm_count, a.num_kv_heads);
+  const int per_sm = a.fp8_cache ? decode_ctas_per_sm<D, G, true>() : decode_ctas_per_sm<D, G, false>();
+  const int num_ranges = decode_num_ranges(per_sm, sm_count, a.num_kv_heads);
   const size_t slots = decode_slot_bound(a.num_seqs, num_ranges) * a.num_heads;
   const size_t need = slots * (D + 2) * sizeof(float) + decode_workspace_counter_bytes(a.num_seqs, a.num_kv_heads);
   if (workspace == nullptr || workspace_bytes < need)
