@@ -110,6 +110,12 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(PagedAttenti
   const int row_pos[2] = {tile.past + tile.row0 + warp * kWarpRows + g,
                           tile.past + tile.row0 + warp * kWarpRows + g + 8};
   const int group_first_pos = tile.past + tile.row0 + group * kGroupRows;
+  // Key tiles past this warpgroup's last valid row are masked whole for it (the CTA's last tile for warpgroup
+  // 0, every tile for a warpgroup whose rows are all past q_len): it skips them, which leaves its softmax state
+  // as it was.
+  const int group_last_row = min(tile.row0 + (group + 1) * kGroupRows - 1, tile.q_len - 1);
+  const int group_tiles =
+      group_last_row < tile.row0 + group * kGroupRows ? 0 : (tile.past + group_last_row) / kPrefillKeys + 1;
   const float score_scale = a.scale * kLog2e * (kFp8 ? a.k_scale : 1.0f);
   const uint32_t q_addr = smem_address(sm_q + group * kGroupRows * D);
 
@@ -124,16 +130,18 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(PagedAttenti
   // behind tile j's P V measured slower: it spilled, and tile j + 2's copies had half an iteration to land).
   for (int j = 0; j < tile.num_kv_tiles; ++j) {
     kv.acquire(j);
-    issue_scores<D>(s, q_addr, smem_address(kv.k(j)));
-    wgmma_wait<0>();
-    wgmma_hold(s);
-    softmax_step<D>(s, o, softmax, j * kPrefillKeys, group_first_pos, row_pos, tile.seq_len, score_scale);
+    if (j < group_tiles) {
+      issue_scores<D>(s, q_addr, smem_address(kv.k(j)));
+      wgmma_wait<0>();
+      wgmma_hold(s);
+      softmax_step<D>(s, o, softmax, j * kPrefillKeys, group_first_pos, row_pos, tile.seq_len, score_scale);
 #pragma unroll
-    for (int kk = 0; kk < kPrefillKeys / 16; ++kk) p_fragment(s, kk, p[kk]);
-    issue_pv<D>(o, p, smem_address(kv.v(j)));
-    wgmma_wait<0>();
-    wgmma_hold(o);
-    hold_p(p);
+      for (int kk = 0; kk < kPrefillKeys / 16; ++kk) p_fragment(s, kk, p[kk]);
+      issue_pv<D>(o, p, smem_address(kv.v(j)));
+      wgmma_wait<0>();
+      wgmma_hold(o);
+      hold_p(p);
+    }
     __syncthreads();  // the MMAs are done with this stage before iteration j + 1 refills it
   }
   // Q is no longer read: each warp stages its output rows there.
