@@ -31,21 +31,21 @@ __host__ __device__ constexpr int panel_offset(int rows, int r, int chunk) {
 
 // Descriptor of a 128-byte-swizzled operand starting at shared address `addr` (a multiple of 16; the panel it
 // lies in starts on a 1024-byte boundary). leading / stride: byte offsets the PTX ISA defines per major-ness.
-__device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t addr, uint32_t leading, uint32_t stride) {
+__host__ __device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t addr, uint32_t leading, uint32_t stride) {
   return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | static_cast<uint64_t>((leading >> 4) & 0x3fffu) << 16 |
          static_cast<uint64_t>((stride >> 4) & 0x3fffu) << 32 | 1ull << 62;  // 62-63 = 1: 128-byte swizzle
 }
 
 // K-major operand (rows are the M or N dimension, the 16 values of a k-step contiguous): k-step kc of a tile
 // of `rows` rows. Eight-row groups are 1024 bytes apart; the leading offset is unused with this swizzle.
-__device__ __forceinline__ uint64_t k_major_descriptor(uint32_t tile, int rows, int kc) {
+__host__ __device__ __forceinline__ uint64_t k_major_descriptor(uint32_t tile, int rows, int kc) {
   const uint32_t addr = tile + (kc >> 2) * rows * 128 + (kc & 3) * 32;
   return wgmma_descriptor(addr, 16, kSwizzleAtom);
 }
 
 // MN-major operand (rows are the K dimension, N contiguous): k-step kk (16 rows) of a tile of `rows` rows.
 // Leading: from one 64-value panel of N to the next; stride: from one group of eight K rows to the next.
-__device__ __forceinline__ uint64_t mn_major_descriptor(uint32_t tile, int rows, int kk) {
+__host__ __device__ __forceinline__ uint64_t mn_major_descriptor(uint32_t tile, int rows, int kk) {
   return wgmma_descriptor(tile + kk * 16 * 128, rows * 128, kSwizzleAtom);
 }
 
