@@ -9,6 +9,9 @@
 // cross the diagonal (or the sequence end) are masked. Tiles are handed out last-first: the longest run first.
 // An FP8 cache is loaded as codes and turned into the bf16 tiles in shared memory before each tile's MMAs;
 // k_scale goes into the score scale and v_scale into the final normalisation.
+//
+// On sm_90 the launcher takes the wgmma kernel instead (attention_prefill_hopper.cu) unless asked for this one;
+// the two share the tile geometry, copies, softmax and epilogue (attention_prefill_tile.cuh).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -56,7 +59,8 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane >> 2;  // fragment row (and row + 8)
-  const int row_pos[2] = {tile.past + tile.row0 + warp * 16 + g, tile.past + tile.row0 + warp * 16 + g + 8};
+  const int row_pos[2] = {tile.past + tile.row0 + warp * kWarpRows + g,
+                          tile.past + tile.row0 + warp * kWarpRows + g + 8};
   const float score_scale = a.scale * kLog2e * (kFp8 ? a.k_scale : 1.0f);
 
   uint32_t q_frag[D / 16][4];

@@ -1,6 +1,6 @@
 #pragma once
-// What both prefill kernels (mma.sync and wgmma) share: a CTA's tile of 64 query rows of one head, the paged
-// K/V tile loads, the masked online softmax on accumulator fragments, and the output epilogue. Both kernels
+// What both prefill kernels (mma.sync and wgmma) share: a CTA's tile of query rows of one head (64 or 128), the
+// paged K/V tile loads, the masked online softmax on accumulator fragments, and the output epilogue. Both kernels
 // hold S and O in the same per-warp fragment layout (mma.sync m16n8's C fragments: s[n-tile][e], e = 0, 1 for
 // row g and 2, 3 for row g + 8, columns 2t, 2t + 1), so everything after the MMAs is one code.
 //
@@ -106,8 +106,8 @@ class KvTileLoader {
  public:
   __device__ __forceinline__ KvTileLoader(const PagedAttentionArgs& a, const PrefillTile& t)
       : table_(a.block_tables + static_cast<size_t>(t.seq) * a.max_blocks_per_seq),
-        k_column_(static_cast<const Elem*>(a.k_cache) + column_offset(a, t)),
-        v_column_(static_cast<const Elem*>(a.v_cache) + column_offset(a, t)),
+        k_column_(static_cast<const Elem*>(a.k_cache) + column_offset(t)),
+        v_column_(static_cast<const Elem*>(a.v_cache) + column_offset(t)),
         k_cache_(static_cast<const Elem*>(a.k_cache)),
         v_cache_(static_cast<const Elem*>(a.v_cache)),
         slot_stride_(a.num_kv_heads * D),
@@ -128,6 +128,7 @@ class KvTileLoader {
       const Elem* v_src = v_cache_;
       if (valid) {
         const int block = __ldg(table_ + (key >> block_shift_));
+        // A slot index fits an int (2^31 slots would be terabytes of cache); the element offset may not.
         const size_t slot = static_cast<size_t>((block << block_shift_) | (key & block_mask_));
         k_src = k_column_ + slot * slot_stride_;
         v_src = v_column_ + slot * slot_stride_;
@@ -146,7 +147,7 @@ class KvTileLoader {
   static constexpr int kPasses = kPrefillKeys / kRowsPerPass;
   static_assert(kThreads % kCopiesPerRow == 0 && kPrefillKeys % kRowsPerPass == 0, "copies must tile the keys");
 
-  static __device__ __forceinline__ size_t column_offset(const PagedAttentionArgs& a, const PrefillTile& t) {
+  static __device__ __forceinline__ size_t column_offset(const PrefillTile& t) {
     return static_cast<size_t>(t.kv_head) * D + (threadIdx.x % kCopiesPerRow) * kCopyElems;
   }
 
