@@ -59,7 +59,7 @@ enum class PrefillKernel { kAuto, kMmaSync };
 void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream,
                              PrefillKernel kernel = PrefillKernel::kAuto);
 
-// Whether kAuto takes the wgmma kernel on the current device.
+// Whether kAuto takes the wgmma kernel on the current device: it is sm_90 and this build holds sm_90a code.
 bool prefill_uses_wgmma();
 
 // Why the attention kernels cannot run a model with these heads, or "" when they can (head_dim 64 or 128, and a

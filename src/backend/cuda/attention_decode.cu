@@ -584,12 +584,10 @@ int decode_ctas_per_sm() {
   return per_sm;
 }
 
-template <int D, int G>
-void launch_decode(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, int sm_count,
-                   cudaStream_t stream) {
-  const auto kernel = a.fp8_cache ? decode_split_kernel<D, G, true> : decode_split_kernel<D, G, false>;
-  const int per_sm = a.fp8_cache ? decode_ctas_per_sm<D, G, true>() : decode_ctas_per_sm<D, G, false>();
-  const int num_ranges = decode_num_ranges(per_sm, sm_count, a.num_kv_heads);
+template <int D, int G, bool kFp8>
+void launch_split(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, int sm_count,
+                  cudaStream_t stream) {
+  const int num_ranges = decode_num_ranges(decode_ctas_per_sm<D, G, kFp8>(), sm_count, a.num_kv_heads);
   const size_t slots = decode_slot_bound(a.num_seqs, num_ranges) * a.num_heads;
   const size_t need = slots * (D + 2) * sizeof(float) + decode_workspace_counter_bytes(a.num_seqs, a.num_kv_heads);
   if (workspace == nullptr || workspace_bytes < need)
@@ -604,8 +602,15 @@ void launch_decode(const PagedAttentionArgs& a, void* workspace, size_t workspac
   float* ws_ml = ws_acc + slots * D;
   int* counters_end = reinterpret_cast<int*>(static_cast<char*>(workspace) + workspace_bytes);
   const size_t prefix_bytes = (static_cast<size_t>(a.num_seqs) + 1) * sizeof(long long);
-  launch_programmatic("decode_split_kernel", kernel, dim3(a.num_kv_heads, num_ranges), dim3(kDecodeThreads),
-                      prefix_bytes, stream, a, ws_acc, ws_ml, counters_end);
+  launch_programmatic("decode_split_kernel", decode_split_kernel<D, G, kFp8>, dim3(a.num_kv_heads, num_ranges),
+                      dim3(kDecodeThreads), prefix_bytes, stream, a, ws_acc, ws_ml, counters_end);
+}
+
+template <int D, int G>
+void launch_decode(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, int sm_count,
+                   cudaStream_t stream) {
+  if (a.fp8_cache) return launch_split<D, G, true>(a, workspace, workspace_bytes, sm_count, stream);
+  launch_split<D, G, false>(a, workspace, workspace_bytes, sm_count, stream);
 }
 
 template <int D>

@@ -125,15 +125,13 @@ void launch_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool prefill_uses_wgmma() { return hopper_prefill_available(); }
-
 void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream, PrefillKernel kernel) {
   validate_args(args, "paged_attention_prefill");
   if (args.num_seqs == 0 || args.max_seqlen_q == 0) return;
   if (args.num_seqs > 65535 || args.num_heads > 65535)
     throw EngineError("paged_attention_prefill: num_seqs " + std::to_string(args.num_seqs) + " or num_heads " +
                       std::to_string(args.num_heads) + " exceeds the grid limit 65535");
-  if (kernel == PrefillKernel::kAuto && hopper_prefill_available()) return launch_hopper_prefill(args, stream);
+  if (kernel == PrefillKernel::kAuto && prefill_uses_wgmma()) return launch_hopper_prefill(args, stream);
   if (args.head_dim == 64) {
     args.fp8_cache ? launch_prefill<64, true>(args, stream) : launch_prefill<64, false>(args, stream);
   } else {

@@ -23,7 +23,7 @@ namespace {
 
 constexpr int kGroupRows = 64;  // query rows per warpgroup (the wgmma M)
 // Two warpgroups share each K/V tile: half the tile loads per query row of one, and with two CTAs per SM
-// (128 registers a thread, ~97 KB of shared memory each) four warpgroups take turns on the tensor cores.
+// (at most 128 registers a thread, ~97 KB of shared memory each) four warpgroups take turns on the tensor cores.
 // Measured on an H100 (16 x 16k keys, 0.6B heads): one warpgroup a CTA 293 TFLOP/s, two 444.
 constexpr int kGroups = 2;
 constexpr int kThreads = kGroups * 128;
@@ -61,7 +61,7 @@ __device__ __forceinline__ void issue_scores(float (&s)[kPrefillKeys / 8][4], ui
 }
 
 // O += P V for the V tile at v_addr: kPrefillKeys / 16 k-steps over the keys, issued and committed. The P
-// fragments are read asynchronously: they stay live (hold_p) until the MMAs are waited for.
+// fragments are read asynchronously: they stay live (wgmma_hold) until the MMAs are waited for.
 template <int D>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&p)[kPrefillKeys / 16][4],
                                          uint32_t v_addr) {
@@ -76,14 +76,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
     }
   }
   wgmma_commit();
-}
-
-__device__ __forceinline__ void hold_p(uint32_t (&p)[kPrefillKeys / 16][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kPrefillKeys / 16; ++kk) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(p[kk][e])::"memory");
-  }
 }
 
 // Warpgroup w owns query rows 64w .. 64w + 63 of the CTA's tile.
@@ -140,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(PagedAttenti
       issue_pv<D>(o, p, smem_address(kv.v(j)));
       wgmma_wait<0>();
       wgmma_hold(o);
-      hold_p(p);
+      wgmma_hold(p);
     }
     __syncthreads();  // the MMAs are done with this stage before iteration j + 1 refills it
   }
@@ -157,22 +149,6 @@ void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool hopper_prefill_available() {
-#ifdef NANOVLLM_CUDA_HAS_SM90A
-  int device = 0;
-  int major = 0;
-  int minor = 0;
-  check_cuda(cudaGetDevice(&device), "paged_attention_prefill: cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-             "paged_attention_prefill: compute capability");
-  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
-             "paged_attention_prefill: compute capability");
-  return major == 9 && minor == 0;
-#else
-  return false;
-#endif
-}
-
 void launch_hopper_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
   if (a.head_dim == 64) {
     a.fp8_cache ? launch<64, true>(a, stream) : launch<64, false>(a, stream);
@@ -182,3 +158,23 @@ void launch_hopper_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace nanovllm::cuda::attention_detail
+
+namespace nanovllm::cuda {
+
+bool prefill_uses_wgmma() {
+#ifdef NANOVLLM_CUDA_HAS_SM90A
+  int device = 0;
+  int major = 0;
+  int minor = 0;
+  attention_detail::check_cuda(cudaGetDevice(&device), "prefill_uses_wgmma: cudaGetDevice");
+  attention_detail::check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                               "prefill_uses_wgmma: compute capability major");
+  attention_detail::check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+                               "prefill_uses_wgmma: compute capability minor");
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace nanovllm::cuda

@@ -6,9 +6,6 @@
 
 namespace nanovllm::cuda::attention_detail {
 
-// True when the current device is sm_90 and this build holds sm_90a code (the wgmma kernel can run).
-bool hopper_prefill_available();
-
 // Same contract as paged_attention_prefill (arguments already validated, at least one row).
 void launch_hopper_prefill(const PagedAttentionArgs& a, cudaStream_t stream);
 

@@ -37,7 +37,7 @@ __host__ __device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t addr, uin
 }
 
 // K-major operand (rows are the M or N dimension, the 16 values of a k-step contiguous): k-step kc of a tile
-// of `rows` rows. Eight-row groups are 1024 bytes apart; the leading offset is unused with this swizzle.
+// of `rows` rows. Consecutive eight-row groups lie 1024 bytes apart; this swizzle mode ignores the leading offset.
 __host__ __device__ __forceinline__ uint64_t k_major_descriptor(uint32_t tile, int rows, int kc) {
   const uint32_t addr = tile + (kc >> 2) * rows * 128 + (kc & 3) * 32;
   return wgmma_descriptor(addr, 16, kSwizzleAtom);
@@ -81,13 +81,17 @@ __device__ __forceinline__ void wgmma_wait() {
 // The four accumulator registers of n-tile i, as read-write asm operands.
 #define NANOVLLM_ACC_NTILE(i) "+f"(acc[i][0]), "+f"(acc[i][1]), "+f"(acc[i][2]), "+f"(acc[i][3])
 
-// Keeps the compiler from moving accesses of an accumulator across the asynchronous MMA's issue and wait.
-template <int R, int C>
-__device__ __forceinline__ void wgmma_hold(float (&acc)[R][C]) {
+// Keeps the compiler from moving accesses of a register the asynchronous MMA reads or writes (accumulators,
+// A fragments) across its issue and wait.
+__device__ __forceinline__ void wgmma_hold_register(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void wgmma_hold_register(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+template <typename T, int R, int C>
+__device__ __forceinline__ void wgmma_hold(T (&regs)[R][C]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) {
 #pragma unroll
-    for (int j = 0; j < C; ++j) asm volatile("" : "+f"(acc[i][j])::"memory");
+    for (int j = 0; j < C; ++j) wgmma_hold_register(regs[i][j]);
   }
 }
 
