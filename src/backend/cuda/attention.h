@@ -51,9 +51,10 @@ void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, siz
                             cudaStream_t stream);
 
 // Which prefill kernel runs: kAuto takes the wgmma kernel where it can (an sm_90 device, a build with sm_90a
-// code) and the mma.sync kernel elsewhere; kMmaSync always takes the mma.sync kernel (tests and benchmarks
-// compare the two on Hopper).
-enum class PrefillKernel { kAuto, kMmaSync };
+// code) and the mma.sync kernel elsewhere, asking the device on every launch; kWgmma is that choice made once by
+// the caller (only where prefill_uses_wgmma() holds); kMmaSync always takes the mma.sync kernel (tests and
+// benchmarks compare the two on Hopper).
+enum class PrefillKernel { kAuto, kWgmma, kMmaSync };
 
 // Any q_len (prefill, chunked prefill, prefix-cache hits): causal, varlen, tensor-core MMA tiles.
 void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream,

@@ -49,18 +49,16 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttention
   __nv_bfloat16* sm_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   start_after_previous_grid();
 
-  const PrefillTile tile = prefill_tile<D, kPrefillRows>(a);
-  if (tile.row0 >= tile.q_len) return;
-  if (tile.num_kv_tiles == 0) return write_zero_rows<D, kPrefillThreads>(tile);
-  load_q_tile<D, kPrefillRows, kPrefillThreads, Layout>(a, tile, sm_q);
+  PrefillTile tile;
+  if (!begin_prefill_tile<D, kPrefillRows, kPrefillThreads, Layout>(a, tile, sm_q)) return;
   const MmaKvTiles<D, kFp8> kv(a, tile, sm_q + kPrefillRows * D);
   kv.start();
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane >> 2;  // fragment row (and row + 8)
-  const int row_pos[2] = {tile.past + tile.row0 + warp * kWarpRows + g,
-                          tile.past + tile.row0 + warp * kWarpRows + g + 8};
+  int row_pos[2];
+  fragment_row_positions(tile, warp, g, row_pos);
   const float score_scale = a.scale * kLog2e * (kFp8 ? a.k_scale : 1.0f);
 
   uint32_t q_frag[D / 16][4];
@@ -131,7 +129,8 @@ void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream
   if (args.num_seqs > 65535 || args.num_heads > 65535)
     throw EngineError("paged_attention_prefill: num_seqs " + std::to_string(args.num_seqs) + " or num_heads " +
                       std::to_string(args.num_heads) + " exceeds the grid limit 65535");
-  if (kernel == PrefillKernel::kAuto && prefill_uses_wgmma()) return launch_hopper_prefill(args, stream);
+  if (kernel == PrefillKernel::kWgmma || (kernel == PrefillKernel::kAuto && prefill_uses_wgmma()))
+    return launch_hopper_prefill(args, stream);
   if (args.head_dim == 64) {
     args.fp8_cache ? launch_prefill<64, true>(args, stream) : launch_prefill<64, false>(args, stream);
   } else {

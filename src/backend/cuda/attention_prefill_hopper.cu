@@ -89,18 +89,16 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(PagedAttenti
   __nv_bfloat16* sm_q = reinterpret_cast<__nv_bfloat16*>(smem_raw + (aligned - raw));  // [kGroups][64 * D]
   start_after_previous_grid();
 
-  const PrefillTile tile = prefill_tile<D, kRows>(a);
-  if (tile.row0 >= tile.q_len) return;
-  if (tile.num_kv_tiles == 0) return write_zero_rows<D, kThreads>(tile);
-  load_q_tile<D, kRows, kThreads, Layout>(a, tile, sm_q);
+  PrefillTile tile;
+  if (!begin_prefill_tile<D, kRows, kThreads, Layout>(a, tile, sm_q)) return;
   const WgmmaKvTiles<D, kFp8> kv(a, tile, sm_q + kRows * D);
   kv.start();
 
   const int warp = threadIdx.x / 32;
   const int group = warp / 4;
   const int g = (threadIdx.x % 32) >> 2;  // fragment row (and row + 8)
-  const int row_pos[2] = {tile.past + tile.row0 + warp * kWarpRows + g,
-                          tile.past + tile.row0 + warp * kWarpRows + g + 8};
+  int row_pos[2];
+  fragment_row_positions(tile, warp, g, row_pos);
   const int group_first_pos = tile.past + tile.row0 + group * kGroupRows;
   // Key tiles past this warpgroup's last valid row are masked whole for it (the CTA's last tile for warpgroup
   // 0, every tile for a warpgroup whose rows are all past q_len): it skips them, which leaves its softmax state

@@ -94,6 +94,27 @@ __device__ __forceinline__ void load_q_tile(const PagedAttentionArgs& a, const P
   }
 }
 
+// Starts the CTA: finds its tile and copies its Q rows (Layout) into sm_q. False when the CTA has nothing to attend:
+// no query row of its sequence (a shorter sequence's grid slot), or rows that see no key, which it writes as zeros.
+template <int D, int kRows, int kThreads, typename Layout>
+__device__ __forceinline__ bool begin_prefill_tile(const PagedAttentionArgs& a, PrefillTile& tile,
+                                                   __nv_bfloat16* sm_q) {
+  tile = prefill_tile<D, kRows>(a);
+  if (tile.row0 >= tile.q_len) return false;
+  if (tile.num_kv_tiles == 0) {
+    write_zero_rows<D, kThreads>(tile);
+    return false;
+  }
+  load_q_tile<D, kRows, kThreads, Layout>(a, tile, sm_q);
+  return true;
+}
+
+// The positions in the sequence of this thread's two fragment rows (g and g + 8 of its warp's 16).
+__device__ __forceinline__ void fragment_row_positions(const PrefillTile& t, int warp, int g, int (&pos)[2]) {
+  pos[0] = t.past + t.row0 + warp * kWarpRows + g;
+  pos[1] = pos[0] + 8;
+}
+
 __device__ __forceinline__ int log2_of_power_of_two(int x) { return 31 - __clz(x); }
 
 // Copies key tile `kv_tile` of the CTA's KV head through the block table with cp.async. Keys past seq_len are

@@ -37,7 +37,8 @@ __host__ __device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t addr, uin
 }
 
 // K-major operand (rows are the M or N dimension, the 16 values of a k-step contiguous): k-step kc of a tile
-// of `rows` rows. Consecutive eight-row groups lie 1024 bytes apart; this swizzle mode ignores the leading offset.
+// of `rows` rows. The stride is one swizzle atom (8 rows); with the 128-byte swizzle the hardware does not read
+// the leading offset.
 __host__ __device__ __forceinline__ uint64_t k_major_descriptor(uint32_t tile, int rows, int kc) {
   const uint32_t addr = tile + (kc >> 2) * rows * 128 + (kc & 3) * 32;
   return wgmma_descriptor(addr, 16, kSwizzleAtom);
@@ -80,6 +81,13 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // The four accumulator registers of n-tile i, as read-write asm operands.
 #define NANOVLLM_ACC_NTILE(i) "+f"(acc[i][0]), "+f"(acc[i][1]), "+f"(acc[i][2]), "+f"(acc[i][3])
+// The m64n64 accumulators as the PTX register list %0 .. %31 (the asm operands above, n-tiles 0 .. 7).
+#define NANOVLLM_ACC_LIST_32                                                \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define NANOVLLM_ACC_OPERANDS_32                                                                                     \
+  NANOVLLM_ACC_NTILE(0), NANOVLLM_ACC_NTILE(1), NANOVLLM_ACC_NTILE(2), NANOVLLM_ACC_NTILE(3), NANOVLLM_ACC_NTILE(4), \
+      NANOVLLM_ACC_NTILE(5), NANOVLLM_ACC_NTILE(6), NANOVLLM_ACC_NTILE(7)
 
 // Keeps the compiler from moving accesses of a register the asynchronous MMA reads or writes (accumulators,
 // A fragments) across its issue and wait.
@@ -100,12 +108,8 @@ __device__ __forceinline__ void wgmma_64x64_ss(float (&acc)[8][4], uint64_t a, u
 #ifdef NANOVLLM_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, 0, 0;\n}\n"
-      : NANOVLLM_ACC_NTILE(0), NANOVLLM_ACC_NTILE(1), NANOVLLM_ACC_NTILE(2), NANOVLLM_ACC_NTILE(3),
-        NANOVLLM_ACC_NTILE(4), NANOVLLM_ACC_NTILE(5), NANOVLLM_ACC_NTILE(6), NANOVLLM_ACC_NTILE(7)
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " NANOVLLM_ACC_LIST_32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : NANOVLLM_ACC_OPERANDS_32
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
 #endif
 }
@@ -115,12 +119,9 @@ __device__ __forceinline__ void wgmma_64x64_rs(float (&acc)[8][4], const uint32_
 #ifdef NANOVLLM_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : NANOVLLM_ACC_NTILE(0), NANOVLLM_ACC_NTILE(1), NANOVLLM_ACC_NTILE(2), NANOVLLM_ACC_NTILE(3),
-        NANOVLLM_ACC_NTILE(4), NANOVLLM_ACC_NTILE(5), NANOVLLM_ACC_NTILE(6), NANOVLLM_ACC_NTILE(7)
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " NANOVLLM_ACC_LIST_32
+      ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : NANOVLLM_ACC_OPERANDS_32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 #endif
 }
@@ -144,6 +145,8 @@ __device__ __forceinline__ void wgmma_64x128_rs(float (&acc)[16][4], const uint3
 #endif
 }
 
+#undef NANOVLLM_ACC_OPERANDS_32
+#undef NANOVLLM_ACC_LIST_32
 #undef NANOVLLM_ACC_NTILE
 
 }  // namespace nanovllm::cuda::attention_detail

@@ -106,6 +106,7 @@ CudaBackend::CudaBackend(int device_index) : device_(device_index) {
   }
   make_current();
   NANOVLLM_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
+  prefill_kernel_ = cuda::prefill_uses_wgmma() ? cuda::PrefillKernel::kWgmma : cuda::PrefillKernel::kMmaSync;
   NANOVLLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_workspace_ = allocate(kGemmWorkspaceBytes);
   gemm_ = std::make_unique<cuda::Gemm>(gemm_workspace_.data(), kGemmWorkspaceBytes);
@@ -432,9 +433,9 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
     prefill.seq_lens_k += d;
     prefill.block_tables += static_cast<size_t>(d) * batch.max_blocks_per_seq;
     prefill.num_seqs -= d;
-    cuda::paged_attention_prefill(prefill, stream_);
+    cuda::paged_attention_prefill(prefill, stream_, prefill_kernel_);
   } else {
-    cuda::paged_attention_prefill(args, stream_);
+    cuda::paged_attention_prefill(args, stream_, prefill_kernel_);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_graph.h"
 
 namespace nanovllm::cuda {
@@ -102,6 +103,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<std::atomic<size_t>> live_bytes_ =
       std::make_shared<std::atomic<size_t>>(0);  // allocate()d, not freed
   cudaDeviceProp props_{};
+  cuda::PrefillKernel prefill_kernel_ = cuda::PrefillKernel::kMmaSync;  // chosen once, for this device
   cudaStream_t stream_ = nullptr;
   Buffer gemm_workspace_;
   std::unique_ptr<cuda::Gemm> gemm_;

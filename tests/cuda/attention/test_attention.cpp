@@ -87,8 +87,11 @@ Comparison run_case(const Problem& p, Kernel kernel) {
           << "arrival counters not back at zero: " << p.describe();
     }
   } else {
-    cuda::paged_attention_prefill(
-        dev.args, nullptr, kernel == Kernel::kPrefill ? cuda::PrefillKernel::kAuto : cuda::PrefillKernel::kMmaSync);
+    // kPrefill names the kernel the way the CUDA backend does, once per device.
+    const cuda::PrefillKernel engine_kernel =
+        cuda::prefill_uses_wgmma() ? cuda::PrefillKernel::kWgmma : cuda::PrefillKernel::kMmaSync;
+    cuda::paged_attention_prefill(dev.args, nullptr,
+                                  kernel == Kernel::kPrefill ? engine_kernel : cuda::PrefillKernel::kMmaSync);
     out = download_output(dev);
   }
   const std::vector<double> ref = reference_attention(p, host);
