@@ -43,14 +43,14 @@ constexpr size_t prefill_smem_bytes() {
 }
 
 template <int D, bool kFp8>
-__global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttentionArgs a) {
+__global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(PagedAttentionArgs a, PrefillTileOrder order) {
   using Layout = RowSwizzle<D>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __nv_bfloat16* sm_q = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   start_after_previous_grid();
 
   PrefillTile tile;
-  if (!begin_prefill_tile<D, kPrefillRows, kPrefillThreads, Layout>(a, tile, sm_q)) return;
+  if (!begin_prefill_tile<D, kPrefillRows, kPrefillThreads, Layout>(a, order, tile, sm_q)) return;
   const MmaKvTiles<D, kFp8> kv(a, tile, sm_q + kPrefillRows * D);
   kv.start();
 
@@ -126,9 +126,6 @@ void launch_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
 void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream, PrefillKernel kernel) {
   validate_args(args, "paged_attention_prefill");
   if (args.num_seqs == 0 || args.max_seqlen_q == 0) return;
-  if (args.num_seqs > 65535 || args.num_heads > 65535)
-    throw EngineError("paged_attention_prefill: num_seqs " + std::to_string(args.num_seqs) + " or num_heads " +
-                      std::to_string(args.num_heads) + " exceeds the grid limit 65535");
   if (kernel == PrefillKernel::kWgmma || (kernel == PrefillKernel::kAuto && prefill_uses_wgmma()))
     return launch_hopper_prefill(args, stream);
   if (args.head_dim == 64) {

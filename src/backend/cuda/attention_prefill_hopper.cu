@@ -80,7 +80,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
 
 // Warpgroup w owns query rows 64w .. 64w + 63 of the CTA's tile.
 template <int D, bool kFp8>
-__global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(PagedAttentionArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(PagedAttentionArgs a, PrefillTileOrder order) {
 #ifdef NANOVLLM_WGMMA
   using Layout = PanelSwizzle<D>;
   extern __shared__ unsigned char smem_raw[];
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(PagedAttenti
   start_after_previous_grid();
 
   PrefillTile tile;
-  if (!begin_prefill_tile<D, kRows, kThreads, Layout>(a, tile, sm_q)) return;
+  if (!begin_prefill_tile<D, kRows, kThreads, Layout>(a, order, tile, sm_q)) return;
   const WgmmaKvTiles<D, kFp8> kv(a, tile, sm_q + kRows * D);
   kv.start();
 

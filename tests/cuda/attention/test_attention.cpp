@@ -643,18 +643,25 @@ TEST(Prefill, LongPrompts) {
 }
 
 // Chunked prefill (q rows continue a cached prefix) and prefix-cache hits of several sizes in one batch; the
-// q bound is above every q_len so whole query tiles exit.
+// q bound is above every q_len so whole query tiles exit: 200 above hands the tiles out across sequences, 2,000
+// above (past the short-prompt bound) sequence by sequence.
 TEST(Prefill, ChunkedAndPrefixHits) {
   REQUIRE_DEVICE();
-  Problem p;
-  p.num_heads = 8;
-  p.num_kv_heads = 2;
-  p.head_dim = 128;
-  p.block_size = 64;
-  p.seqs = {{512, 3000}, {64, 1024}, {1, 3000}, {257, 2000}, {5, 5}, {128, 129}, {63, 256}};
-  p.extra_bound_q = 200;
-  p.extra_bound_k = 100;
-  expect_close(p, Kernel::kPrefill);
+  for (int extra_bound_q : {200, 2000}) {
+    for (bool fp8 : {false, true}) {
+      Problem p;
+      p.num_heads = 8;
+      p.num_kv_heads = 2;
+      p.head_dim = 128;
+      p.block_size = 64;
+      p.seqs = {{512, 3000}, {64, 1024}, {1, 3000}, {257, 2000}, {5, 5}, {128, 129}, {63, 256}};
+      p.extra_bound_q = extra_bound_q;
+      p.extra_bound_k = 100;
+      p.fp8 = fp8;
+      p.seed = fp8 ? 31 : 1;
+      expect_close(p, Kernel::kPrefill);
+    }
+  }
 }
 
 TEST(AttentionSmall, PrefillSmallMixed) {
