@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every GPU test binary of a build tree on the device machine, then compute-sanitizer over the op tests
-# (memcheck on all of them, racecheck on the shared-memory kernels: sampler and logprobs), then the op
-# benchmark (bench_cuda_ops: each op's time against its memory floor). Logs and gtest XML go to $OUT
+# (memcheck on all of them, racecheck on the shared-memory kernels: sampler and logprobs) and over the small
+# attention cases (memcheck, racecheck, synccheck), then the op benchmark (bench_cuda_ops: each op's time
+# against its memory floor). Logs and gtest XML go to $OUT
 # (default ./device-out); the last lines printed are a one-line-per-step summary.
 #
 #   tests/cuda/run_on_device.sh [BUILD_DIR]      (default: build; or set BUILD_DIR)
@@ -55,11 +56,23 @@ if [ -x "$ops" ] && [ -x "$SANITIZER" ]; then
   grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/memcheck_ops.log "$OUT"/racecheck_ops.log 2>/dev/null
 fi
 
+attention="$BUILD_DIR/tests/cuda/attention/test_cuda_attention"
+if [ -x "$attention" ] && [ -x "$SANITIZER" ]; then
+  # The attention kernels hand shared memory between warps, warpgroups and (wgmma, TMA) the async proxy; the
+  # small cases and one chunked batch under both tile orders cover every kernel in reasonable time.
+  cases='AttentionSmall.*:Prefill.ChunkedAndPrefixHits:Decode.OddGroupSizes'
+  for tool in memcheck racecheck synccheck; do
+    run_step "$tool attention" "$OUT/${tool}_attention.log" \
+      "$SANITIZER" --tool "$tool" --error-exitcode 99 --print-limit 20 "$attention" --gtest_filter="$cases"
+  done
+  grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/*_attention.log 2>/dev/null
+fi
+
 bench="$BUILD_DIR/tests/cuda/ops/bench_cuda_ops"
 if [ -x "$bench" ]; then
   run_step "bench_cuda_ops" "$OUT/bench_cuda_ops.log" "$bench"
   cat "$OUT/bench_cuda_ops.log"
 fi
 
-echo "==== summary ($(cat "$OUT/gpu.txt" 2>/dev/null | head -1)) ===="
+echo "==== summary ($(head -1 "$OUT/gpu.txt" 2>/dev/null)) ===="
 printf '%s\n' "${summary[@]}"
