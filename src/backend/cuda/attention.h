@@ -50,18 +50,16 @@ int decode_max_num_seqs();
 void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes, int sm_count,
                             cudaStream_t stream);
 
-// Which prefill kernel runs: kAuto takes the wgmma kernel where it can (an sm_90 device, a build with sm_90a
-// code) and the mma.sync kernel elsewhere, asking the device on every launch; kWgmma is that choice made once by
-// the caller (only where prefill_uses_wgmma() holds); kMmaSync always takes the mma.sync kernel (tests and
-// benchmarks compare the two on Hopper).
-enum class PrefillKernel { kAuto, kWgmma, kMmaSync };
+// Which prefill kernel runs: kWgmma (sm_90a code: only where prefill_kernel_for_device() names it) or kMmaSync
+// (every GPU; tests and benchmarks compare the two on Hopper).
+enum class PrefillKernel { kWgmma, kMmaSync };
+
+// The prefill kernel for the current device: kWgmma on an sm_90 device when this build holds sm_90a code, else
+// kMmaSync. It asks the device, so callers choose once (the CUDA backend at construction) and pass the choice.
+PrefillKernel prefill_kernel_for_device();
 
 // Any q_len (prefill, chunked prefill, prefix-cache hits): causal, varlen, tensor-core MMA tiles.
-void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream,
-                             PrefillKernel kernel = PrefillKernel::kAuto);
-
-// Whether kAuto takes the wgmma kernel on the current device: it is sm_90 and this build holds sm_90a code.
-bool prefill_uses_wgmma();
+void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream, PrefillKernel kernel);
 
 // Why the attention kernels cannot run a model with these heads, or "" when they can (head_dim 64 or 128, and a
 // decode group of at most 8 query heads per KV head). The backend asks when it is set up, so that such a model

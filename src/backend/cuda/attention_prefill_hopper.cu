@@ -159,20 +159,19 @@ void launch_hopper_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
 
 namespace nanovllm::cuda {
 
-bool prefill_uses_wgmma() {
+PrefillKernel prefill_kernel_for_device() {
 #ifdef NANOVLLM_CUDA_HAS_SM90A
   int device = 0;
   int major = 0;
   int minor = 0;
-  attention_detail::check_cuda(cudaGetDevice(&device), "prefill_uses_wgmma: cudaGetDevice");
+  attention_detail::check_cuda(cudaGetDevice(&device), "prefill_kernel_for_device: cudaGetDevice");
   attention_detail::check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-                               "prefill_uses_wgmma: compute capability major");
+                               "prefill_kernel_for_device: compute capability major");
   attention_detail::check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
-                               "prefill_uses_wgmma: compute capability minor");
-  return major == 9 && minor == 0;
-#else
-  return false;
+                               "prefill_kernel_for_device: compute capability minor");
+  if (major == 9 && minor == 0) return PrefillKernel::kWgmma;
 #endif
+  return PrefillKernel::kMmaSync;
 }
 
 }  // namespace nanovllm::cuda

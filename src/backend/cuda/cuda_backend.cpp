@@ -106,7 +106,7 @@ CudaBackend::CudaBackend(int device_index) : device_(device_index) {
   }
   make_current();
   NANOVLLM_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
-  prefill_kernel_ = cuda::prefill_uses_wgmma() ? cuda::PrefillKernel::kWgmma : cuda::PrefillKernel::kMmaSync;
+  prefill_kernel_ = cuda::prefill_kernel_for_device();
   NANOVLLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_workspace_ = allocate(kGemmWorkspaceBytes);
   gemm_ = std::make_unique<cuda::Gemm>(gemm_workspace_.data(), kGemmWorkspaceBytes);

@@ -258,13 +258,13 @@ void bench_prefill(const Shape& s, int batch, int len, int reps, bool fp8 = fals
   const double flops = 4.0 * s.num_heads * s.head_dim * batch * (static_cast<double>(len) * (len + 1) / 2);
   // The kernel the engine runs, and on Hopper the mma.sync kernel beside it.
   using nanovllm::cuda::PrefillKernel;
-  for (const PrefillKernel kernel : {PrefillKernel::kAuto, PrefillKernel::kMmaSync}) {
-    if (kernel == PrefillKernel::kMmaSync && !nanovllm::cuda::prefill_uses_wgmma()) break;
+  const PrefillKernel engine_kernel = nanovllm::cuda::prefill_kernel_for_device();
+  for (const PrefillKernel kernel : {engine_kernel, PrefillKernel::kMmaSync}) {
     const double us = time_us(reps, [&](int) { nanovllm::cuda::paged_attention_prefill(args, nullptr, kernel); });
     check(cudaDeviceSynchronize(), "prefill");
-    const bool wgmma = kernel == PrefillKernel::kAuto && nanovllm::cuda::prefill_uses_wgmma();
     std::printf("prefill %-10s %s batch %4d len %6d %-8s   | %9.1f us | %8.2f TFLOP/s\n", s.name, fp8 ? "fp8 " : "bf16",
-                batch, len, wgmma ? "wgmma" : "mma.sync", us, flops / (us * 1e-6) / 1e12);
+                batch, len, kernel == PrefillKernel::kWgmma ? "wgmma" : "mma.sync", us, flops / (us * 1e-6) / 1e12);
+    if (engine_kernel == PrefillKernel::kMmaSync) break;  // the same kernel twice otherwise
   }
 }
 

@@ -51,10 +51,19 @@ constexpr int kAnySmCount = 132;
 // expect_close also checks wherever kPrefill is the wgmma kernel.
 enum class Kernel { kDecode, kPrefill, kPrefillMmaSync };
 
+// The prefill kernel the CUDA backend picks for this device (asked once).
+cuda::PrefillKernel engine_prefill_kernel() {
+  static const cuda::PrefillKernel kernel = cuda::prefill_kernel_for_device();
+  return kernel;
+}
+
+cuda::PrefillKernel prefill_kernel(Kernel kernel) {
+  return kernel == Kernel::kPrefill ? engine_prefill_kernel() : cuda::PrefillKernel::kMmaSync;
+}
+
 const char* kernel_name(Kernel kernel) {
   if (kernel == Kernel::kDecode) return "decode ";
-  if (kernel == Kernel::kPrefillMmaSync) return "prefill mma.sync";
-  return cuda::prefill_uses_wgmma() ? "prefill wgmma" : "prefill mma.sync";
+  return prefill_kernel(kernel) == cuda::PrefillKernel::kWgmma ? "prefill wgmma" : "prefill mma.sync";
 }
 
 Comparison run_case(const Problem& p, Kernel kernel) {
@@ -87,11 +96,7 @@ Comparison run_case(const Problem& p, Kernel kernel) {
           << "arrival counters not back at zero: " << p.describe();
     }
   } else {
-    // kPrefill names the kernel the way the CUDA backend does, once per device.
-    const cuda::PrefillKernel engine_kernel =
-        cuda::prefill_uses_wgmma() ? cuda::PrefillKernel::kWgmma : cuda::PrefillKernel::kMmaSync;
-    cuda::paged_attention_prefill(dev.args, nullptr,
-                                  kernel == Kernel::kPrefill ? engine_kernel : cuda::PrefillKernel::kMmaSync);
+    cuda::paged_attention_prefill(dev.args, nullptr, prefill_kernel(kernel));
     out = download_output(dev);
   }
   const std::vector<double> ref = reference_attention(p, host);
@@ -106,7 +111,8 @@ void expect_close(const Problem& p, Kernel kernel) {
   EXPECT_EQ(c.guard_touched, 0u) << kernel_name(kernel) << " " << p.describe();
   EXPECT_LE(c.rel, kRelTolerance) << kernel_name(kernel) << " " << p.describe();
   EXPECT_LE(c.max_abs, kAbsTolerance) << kernel_name(kernel) << " " << p.describe();
-  if (kernel == Kernel::kPrefill && cuda::prefill_uses_wgmma()) expect_close(p, Kernel::kPrefillMmaSync);
+  if (kernel == Kernel::kPrefill && engine_prefill_kernel() == cuda::PrefillKernel::kWgmma)
+    expect_close(p, Kernel::kPrefillMmaSync);
 }
 
 std::vector<SeqSpec> decode_seqs(const std::vector<int>& lengths) {
@@ -138,7 +144,7 @@ cuda::PagedAttentionArgs plausible_args() {
 TEST(AttentionArgs, RejectsUnsupportedHeadDim) {
   auto a = plausible_args();
   a.head_dim = 96;
-  EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr), EngineError);
+  EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr, cuda::PrefillKernel::kMmaSync), EngineError);
   EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, kAnySmCount, nullptr), EngineError);
 }
 
@@ -158,7 +164,7 @@ TEST(AttentionArgs, RejectsBadFp8Scales) {
     cuda::PagedAttentionArgs a = plausible_args();
     a.fp8_cache = true;
     a.v_scale = bad;
-    EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr), EngineError) << bad;
+    EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr, cuda::PrefillKernel::kMmaSync), EngineError) << bad;
     a.v_scale = 1.0f;
     a.k_scale = bad;
     EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, kAnySmCount, nullptr), EngineError) << bad;
@@ -170,7 +176,7 @@ TEST(AttentionArgs, RejectsBadBlockSize) {
     auto a = plausible_args();
     a.block_size = bs;
     a.max_blocks_per_seq = 4;
-    EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr), EngineError) << bs;
+    EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr, cuda::PrefillKernel::kMmaSync), EngineError) << bs;
   }
 }
 
@@ -191,7 +197,7 @@ TEST(AttentionArgs, RejectsDecodeGroupAboveEight) {
 TEST(AttentionArgs, RejectsTooFewBlocksForBound) {
   auto a = plausible_args();
   a.max_seqlen_k = 17;
-  EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr), EngineError);
+  EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr, cuda::PrefillKernel::kMmaSync), EngineError);
 }
 
 TEST(AttentionArgs, RejectsMoreSequencesThanDecodeTakes) {
@@ -685,7 +691,7 @@ TEST(Prefill, HopperTakesTheWgmmaKernel) {
   int major = 0;
   check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "compute capability");
   if (major != 9) GTEST_SKIP() << "not an sm_90 device";
-  EXPECT_TRUE(cuda::prefill_uses_wgmma());
+  EXPECT_EQ(cuda::prefill_kernel_for_device(), cuda::PrefillKernel::kWgmma);
 }
 
 // Decode and prefill compute the same function on q_len 1 rows.
