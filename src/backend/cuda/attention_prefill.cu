@@ -1,16 +1,16 @@
 // Prefill attention (any q_len: full prompts, chunked prefill, prefix-cache hits) over the paged cache,
 // FlashAttention-2 style on tensor cores (mma.sync m16n8k16 bf16 -> fp32; runs on sm_80 and sm_90).
 //
-// Grid (query tiles, query heads, sequences). One CTA of 4 warps owns 64 query rows of one head; each warp owns
-// 16 rows. Keys come in tiles of 64 through the block table into shared memory with cp.async (two stages:
-// tile j+1 loads while tile j is computed). S = Q K^T and O += P V are mma.sync; the softmax is an fp32 online
-// softmax in registers; P is rounded to bf16 for the second product. Causal: query row i of a sequence sits at
-// position seq_len - q_len + i, so key tiles past the CTA's last position are never loaded and only tiles that
-// cross the diagonal (or the sequence end) are masked. Tiles are handed out last-first: the longest run first.
-// An FP8 cache is loaded as codes and turned into the bf16 tiles in shared memory before each tile's MMAs;
+// One CTA of 4 warps owns 64 query rows of one head (the grid's order: PrefillTileOrder); each warp owns 16 rows.
+// Keys come in tiles of 64 through the block table into shared memory with cp.async (two stages: tile j+1 loads
+// while tile j is computed). S = Q K^T and O += P V are mma.sync; the softmax is an fp32 online softmax in
+// registers; P is rounded to bf16 for the second product. Causal: query row i of a sequence sits at position
+// seq_len - q_len + i, so key tiles past the CTA's last position are never loaded and only tiles that cross the
+// diagonal (or the sequence end) are masked. An FP8 cache is loaded as codes and turned into the bf16 tiles in
+// shared memory before each tile's MMAs;
 // k_scale goes into the score scale and v_scale into the final normalisation.
 //
-// On sm_90 the launcher takes the wgmma kernel instead (attention_prefill_hopper.cu) unless asked for this one;
+// On sm_90 the caller asks for the wgmma kernel instead (attention_prefill_hopper.cu, PrefillKernel::kWgmma);
 // the two share the tile geometry, copies, softmax and epilogue (attention_prefill_tile.cuh).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -37,8 +37,8 @@ __host__ __device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t addr, uin
 }
 
 // K-major operand (rows are the M or N dimension, the 16 values of a k-step contiguous): k-step kc of a tile
-// of `rows` rows. The stride is one swizzle atom (8 rows); with the 128-byte swizzle the hardware does not read
-// the leading offset.
+// of `rows` rows. The stride is one swizzle atom (8 rows); with the 128-byte swizzle the hardware ignores the
+// descriptor's other offset field (bits 16-29), so any value does there.
 __host__ __device__ __forceinline__ uint64_t k_major_descriptor(uint32_t tile, int rows, int kc) {
   const uint32_t addr = tile + (kc >> 2) * rows * 128 + (kc & 3) * 32;
   return wgmma_descriptor(addr, 16, kSwizzleAtom);
