@@ -144,7 +144,7 @@ __device__ __forceinline__ int log2_of_power_of_two(int x) { return 31 - __clz(x
 // Layout's tiles. FP8: the codes, 16 to a copy, into plain [key][D] byte tiles (decode_fp8_tiles converts them).
 // A thread always copies the same 16-byte column of every kThreads / copies-per-row'th key, so its column
 // offsets are computed once and each copy costs a block-table load and one multiply-add.
-template <int D, bool kFp8, int kThreads, typename Layout>
+template <int D, bool kFp8, int kThreads, typename Layout, int kKeys = kPrefillKeys>
 class KvTileLoader {
  public:
   __device__ __forceinline__ KvTileLoader(const PagedAttentionArgs& a, const PrefillTile& t)
@@ -165,7 +165,7 @@ class KvTileLoader {
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       const int r = first_row + pass * kRowsPerPass;
-      const int key = kv_tile * kPrefillKeys + r;
+      const int key = kv_tile * kKeys + r;
       const bool valid = key < seq_len_;
       const Elem* k_src = k_cache_;  // any valid address for a zero-filled copy
       const Elem* v_src = v_cache_;
@@ -187,8 +187,8 @@ class KvTileLoader {
   static constexpr int kCopyElems = 16 / sizeof(Elem);  // elements per 16-byte copy
   static constexpr int kCopiesPerRow = D / kCopyElems;
   static constexpr int kRowsPerPass = kThreads / kCopiesPerRow;
-  static constexpr int kPasses = kPrefillKeys / kRowsPerPass;
-  static_assert(kThreads % kCopiesPerRow == 0 && kPrefillKeys % kRowsPerPass == 0, "copies must tile the keys");
+  static constexpr int kPasses = kKeys / kRowsPerPass;
+  static_assert(kThreads % kCopiesPerRow == 0 && kKeys % kRowsPerPass == 0, "copies must tile the keys");
 
   static __device__ __forceinline__ size_t column_offset(const PrefillTile& t) {
     return static_cast<size_t>(t.kv_head) * D + (threadIdx.x % kCopiesPerRow) * kCopyElems;
@@ -309,41 +309,10 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// One online-softmax step over key tile key0: scores masked (kMask) after each row's position and past the
-// sequence end, O rescaled where a row's maximum grew, S replaced by the unnormalised weights
-// P = 2^(S * score_scale - max). The running maximum is kept unscaled (score_scale > 0 keeps the order), so
-// each weight is one fused multiply-add and one 2^x. row_pos: the positions of rows g and g + 8. A row's 64
-// scores live in one quad.
-template <int D, bool kMask>
-__device__ __forceinline__ void softmax_tile(float (&s)[kPrefillKeys / 8][4], float (&o)[D / 8][4], SoftmaxRows& st,
-                                             int key0, const int (&row_pos)[2], int seq_len, float score_scale) {
-  if constexpr (kMask) {
-    const int t = threadIdx.x & 3;
-#pragma unroll
-    for (int nt = 0; nt < kPrefillKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + nt * 8 + 2 * t + (e & 1);
-        if (key > row_pos[e >> 1] || key >= seq_len) s[nt][e] = -INFINITY;
-      }
-    }
-  }
-  float correction[2];
-  float ref_scaled[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    float tile_max = st.max[rr];
-#pragma unroll
-    for (int nt = 0; nt < kPrefillKeys / 8; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    // A row with no visible key yet keeps reference 0: its weights are 2^-inf = 0, never NaN.
-    ref_scaled[rr] = tile_max == -INFINITY ? 0.f : tile_max * score_scale;
-    correction[rr] = st.max[rr] == tile_max ? 1.f : exp2_approx(st.max[rr] * score_scale - ref_scaled[rr]);
-    st.max[rr] = tile_max;
-    st.sum[rr] *= correction[rr];
-  }
-  // Late in a long row its maximum rarely grows: the warp skips the rescale when none of its rows' did.
+// O's rows times their softmax corrections. Late in a long row its maximum rarely grows: the warp skips the
+// rescale when none of its rows' did.
+template <int D>
+__device__ __forceinline__ void rescale_rows(float (&o)[D / 8][4], const float (&correction)[2]) {
   if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
@@ -353,8 +322,47 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kPrefillKeys / 8][4], fl
       o[dt][3] *= correction[1];
     }
   }
+}
+
+// One online-softmax step over key tile key0: scores masked (kMask) after each row's position and past the
+// sequence end, O rescaled where a row's maximum grew, S replaced by the unnormalised weights
+// P = 2^(S * score_scale - max). The running maximum is kept unscaled (score_scale > 0 keeps the order), so
+// each weight is one fused multiply-add and one 2^x. row_pos: the positions of rows g and g + 8. A row's 64
+// scores live in one quad.
+// kDeferRescale: O is being accumulated by an MMA still in flight, so its rescale is left to the caller
+// (rescale_rows, once that MMA is done): the factors are returned in `correction`.
+template <int D, bool kMask, bool kDeferRescale = false, int kN = kPrefillKeys / 8>
+__device__ __forceinline__ void softmax_tile(float (&s)[kN][4], float (&o)[D / 8][4], SoftmaxRows& st, int key0,
+                                             const int (&row_pos)[2], int seq_len, float score_scale,
+                                             float (&correction)[2]) {
+  if constexpr (kMask) {
+    const int t = threadIdx.x & 3;
 #pragma unroll
-  for (int nt = 0; nt < kPrefillKeys / 8; ++nt) {
+    for (int nt = 0; nt < kN; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + nt * 8 + 2 * t + (e & 1);
+        if (key > row_pos[e >> 1] || key >= seq_len) s[nt][e] = -INFINITY;
+      }
+    }
+  }
+  float ref_scaled[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float tile_max = st.max[rr];
+#pragma unroll
+    for (int nt = 0; nt < kN; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    // A row with no visible key yet keeps reference 0: its weights are 2^-inf = 0, never NaN.
+    ref_scaled[rr] = tile_max == -INFINITY ? 0.f : tile_max * score_scale;
+    correction[rr] = st.max[rr] == tile_max ? 1.f : exp2_approx(st.max[rr] * score_scale - ref_scaled[rr]);
+    st.max[rr] = tile_max;
+    st.sum[rr] *= correction[rr];
+  }
+  if constexpr (!kDeferRescale) rescale_rows<D>(o, correction);
+#pragma unroll
+  for (int nt = 0; nt < kN; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       s[nt][e] = exp2_approx(fmaf(s[nt][e], score_scale, -ref_scaled[e >> 1]));
@@ -365,19 +373,27 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kPrefillKeys / 8][4], fl
 
 // The step for key tile key0, masked only where the tile crosses the diagonal of the rows from first_pos on
 // or the sequence's end (each variant is its own code: a predicated mask costs every tile).
-template <int D>
-__device__ __forceinline__ void softmax_step(float (&s)[kPrefillKeys / 8][4], float (&o)[D / 8][4], SoftmaxRows& st,
-                                             int key0, int first_pos, const int (&row_pos)[2], int seq_len,
-                                             float score_scale) {
-  if (key0 + kPrefillKeys - 1 > first_pos || key0 + kPrefillKeys > seq_len) {
-    softmax_tile<D, true>(s, o, st, key0, row_pos, seq_len, score_scale);
+template <int D, bool kDeferRescale = false, int kN = kPrefillKeys / 8>
+__device__ __forceinline__ void softmax_step(float (&s)[kN][4], float (&o)[D / 8][4], SoftmaxRows& st, int key0,
+                                             int first_pos, const int (&row_pos)[2], int seq_len, float score_scale,
+                                             float (&correction)[2]) {
+  if (key0 + 8 * kN - 1 > first_pos || key0 + 8 * kN > seq_len) {
+    softmax_tile<D, true, kDeferRescale>(s, o, st, key0, row_pos, seq_len, score_scale, correction);
   } else {
-    softmax_tile<D, false>(s, o, st, key0, row_pos, seq_len, score_scale);
+    softmax_tile<D, false, kDeferRescale>(s, o, st, key0, row_pos, seq_len, score_scale, correction);
   }
 }
 
+template <int D, int kN = kPrefillKeys / 8>
+__device__ __forceinline__ void softmax_step(float (&s)[kN][4], float (&o)[D / 8][4], SoftmaxRows& st, int key0,
+                                             int first_pos, const int (&row_pos)[2], int seq_len, float score_scale) {
+  float correction[2];
+  softmax_step<D, false>(s, o, st, key0, first_pos, row_pos, seq_len, score_scale, correction);
+}
+
 // The weights of keys kk * 16 .. + 15 as a bf16 A fragment: the S accumulators of n-tiles 2kk and 2kk + 1.
-__device__ __forceinline__ void p_fragment(const float (&s)[kPrefillKeys / 8][4], int kk, uint32_t (&p)[4]) {
+template <int kN>
+__device__ __forceinline__ void p_fragment(const float (&s)[kN][4], int kk, uint32_t (&p)[4]) {
   p[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
   p[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
   p[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
@@ -386,11 +402,12 @@ __device__ __forceinline__ void p_fragment(const float (&s)[kPrefillKeys / 8][4]
 
 // Normalises O, stages the bf16 rows in this warp's own 16 rows of `stage` (a tile no other warp reads any
 // more) and stores them 16 bytes at a time.
-template <int D, typename Layout>
+// kFirstWarp: the warp that owns the tile's first 16 rows (0 unless warps before it do other work).
+template <int D, typename Layout, int kFirstWarp = 0>
 __device__ __forceinline__ void store_output(const PrefillTile& t, float (&o)[D / 8][4], const SoftmaxRows& st,
                                              float v_scale, __nv_bfloat16* stage) {
   constexpr int kChunks = D / 8;
-  const int warp = threadIdx.x / 32;
+  const int warp = static_cast<int>(threadIdx.x / 32) - kFirstWarp;
   const int lane = threadIdx.x % 32;
   const int g = lane >> 2;
   const int tq = lane & 3;
@@ -429,9 +446,10 @@ __device__ __forceinline__ void store_output(const PrefillTile& t, float (&o)[D 
 // grid of prefill_tile_order(a), with `smem` bytes of dynamic shared memory. Over 48 KB must be opted into, per device;
 // not while a graph is being captured (the call is not a stream operation): an uncaptured launch on this device always
 // comes first.
-template <int kRows, int kThreads, typename Kernel>
-void launch_prefill_grid(const char* name, Kernel kernel, size_t smem, const PagedAttentionArgs& a,
-                         cudaStream_t stream) {
+// `extra`: the kernel's parameters after (args, order).
+template <int kRows, int kThreads, typename Kernel, typename... Extra>
+void launch_prefill_grid(const char* name, Kernel kernel, size_t smem, const PagedAttentionArgs& a, cudaStream_t stream,
+                         const Extra&... extra) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check_cuda(cudaStreamIsCapturing(stream, &capture), "paged_attention_prefill: cudaStreamIsCapturing");
   if (capture == cudaStreamCaptureStatusNone) {
@@ -445,7 +463,7 @@ void launch_prefill_grid(const char* name, Kernel kernel, size_t smem, const Pag
   if (grid.y > 65535 || grid.z > 65535)
     throw EngineError(std::string(name) + ": " + std::to_string(a.num_seqs) + " sequences of up to " +
                       std::to_string(a.max_seqlen_q) + " query rows exceed the grid limit 65535");
-  launch_programmatic(name, kernel, grid, dim3(kThreads), smem, stream, a, order);
+  launch_programmatic(name, kernel, grid, dim3(kThreads), smem, stream, a, order, extra...);
 }
 
 }  // namespace nanovllm::cuda::attention_detail

@@ -114,6 +114,25 @@ __device__ __forceinline__ void wgmma_64x64_ss(float (&acc)[8][4], uint64_t a, u
 #endif
 }
 
+// acc (64 x 128) = A (64 x 16, shared, K-major) * B (16 x 128, shared, K-major) + (accumulate ? acc : 0).
+__device__ __forceinline__ void wgmma_64x128_ss(float (&acc)[16][4], uint64_t a, uint64_t b, bool accumulate) {
+#ifdef NANOVLLM_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : NANOVLLM_ACC_NTILE(0), NANOVLLM_ACC_NTILE(1), NANOVLLM_ACC_NTILE(2), NANOVLLM_ACC_NTILE(3),
+        NANOVLLM_ACC_NTILE(4), NANOVLLM_ACC_NTILE(5), NANOVLLM_ACC_NTILE(6), NANOVLLM_ACC_NTILE(7),
+        NANOVLLM_ACC_NTILE(8), NANOVLLM_ACC_NTILE(9), NANOVLLM_ACC_NTILE(10), NANOVLLM_ACC_NTILE(11),
+        NANOVLLM_ACC_NTILE(12), NANOVLLM_ACC_NTILE(13), NANOVLLM_ACC_NTILE(14), NANOVLLM_ACC_NTILE(15)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#endif
+}
+
 // acc (64 x 64) += A (64 x 16, registers) * B (16 x 64, shared, MN-major).
 __device__ __forceinline__ void wgmma_64x64_rs(float (&acc)[8][4], const uint32_t (&a)[4], uint64_t b) {
 #ifdef NANOVLLM_WGMMA
@@ -148,5 +167,67 @@ __device__ __forceinline__ void wgmma_64x128_rs(float (&acc)[16][4], const uint3
 #undef NANOVLLM_ACC_OPERANDS_32
 #undef NANOVLLM_ACC_LIST_32
 #undef NANOVLLM_ACC_NTILE
+
+// mbarrier (shared memory, 8 bytes): a phase completes when `count` arrivals have happened; waiters name the
+// phase by its parity.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
+#ifdef NANOVLLM_WGMMA
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+
+// Release: this thread's earlier memory operations are visible to whoever waits for the phase.
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+#ifdef NANOVLLM_WGMMA
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.release.cta.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+#endif
+}
+
+// Acquire: returns once the phase of this parity has completed.
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+#ifdef NANOVLLM_WGMMA
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// Hands registers between warpgroups (all of a warpgroup's threads execute it): fewer for a copying
+// warpgroup, more for computing ones.
+template <int N>
+__device__ __forceinline__ void warpgroup_registers_down() {
+#ifdef NANOVLLM_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void warpgroup_registers_up() {
+#ifdef NANOVLLM_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
+// Arrives on `bar` and tells it `bytes` more will land through the async proxy before its phase completes.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+#ifdef NANOVLLM_WGMMA
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+#endif
+}
+
+// One TMA box of a 3-D tensor map into shared memory at dst, completing `bytes` of bar's transaction count.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2, uint32_t bar) {
+#ifdef NANOVLLM_WGMMA
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+#endif
+}
 
 }  // namespace nanovllm::cuda::attention_detail
