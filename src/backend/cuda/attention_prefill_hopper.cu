@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             const int slot = (__ldg(table + (key >> shift)) << shift) | (key & mask);
 #pragma unroll
             for (int dh = 0; dh < D / kPanelValues; ++dh) {
-              const int offset = dh * kWsKeys * kPanelValues + h * kTmaBoxKeys * kPanelValues;
+              const int offset = panel_offset(kWsKeys, h * kTmaBoxKeys, dh * kPanelValues / 8);
               tma_load_3d(smem_address(sm_k + stage * kTileElems + offset), &k_map, dh * kPanelValues, tile.kv_head,
                           slot, full(stage));
               tma_load_3d(smem_address(sm_v + stage * kTileElems + offset), &v_map, dh * kPanelValues, tile.kv_head,

@@ -55,36 +55,66 @@ TEST(WgmmaLayout, PanelsPutChunksWhereTheSwizzleReadsThem) {
   EXPECT_EQ(panel_offset(64, 5, 8), 64 * 64 + 5 * 64 + (5 << 3));
 }
 
+// Q tiles of 64 rows and K tiles of 64 or 128 keys (the N of S = Q K^T).
 TEST(WgmmaLayout, KMajorDescriptorsReadTheStoredQAndKTiles) {
-  for (const int d : {64, 128}) {
-    for (int kc = 0; kc < d / 16; ++kc) {
-      const Fields f = decode(k_major_descriptor(kTileBase, 64, kc));
-      ASSERT_EQ(f.swizzle, 1) << "128-byte swizzle";
-      int mismatches = 0;
-      for (int mn = 0; mn < 64; ++mn) {
-        for (int k = 0; k < 16; ++k) mismatches += read_k_major(f, mn, k) != stored_at(64, mn, 16 * kc + k);
+  for (const int rows : {64, 128}) {
+    for (const int d : {64, 128}) {
+      for (int kc = 0; kc < d / 16; ++kc) {
+        const Fields f = decode(k_major_descriptor(kTileBase, rows, kc));
+        ASSERT_EQ(f.swizzle, 1) << "128-byte swizzle";
+        int mismatches = 0;
+        for (int mn = 0; mn < rows; ++mn) {
+          for (int k = 0; k < 16; ++k) mismatches += read_k_major(f, mn, k) != stored_at(rows, mn, 16 * kc + k);
+        }
+        EXPECT_EQ(mismatches, 0) << rows << " rows, d " << d << " k-step " << kc;
       }
-      EXPECT_EQ(mismatches, 0) << "d " << d << " k-step " << kc;
     }
   }
 }
 
+// V tiles of 64 or 128 keys (the K of O += P V).
 TEST(WgmmaLayout, MnMajorDescriptorsReadTheStoredVTile) {
-  for (const int d : {64, 128}) {
-    for (int kk = 0; kk < 64 / 16; ++kk) {
-      const Fields f = decode(mn_major_descriptor(kTileBase, 64, kk));
-      ASSERT_EQ(f.swizzle, 1) << "128-byte swizzle";
-      int mismatches = 0;
-      for (int k = 0; k < 16; ++k) {
-        for (int n = 0; n < d; ++n) mismatches += read_mn_major(f, k, n) != stored_at(64, 16 * kk + k, n);
+  for (const int rows : {64, 128}) {
+    for (const int d : {64, 128}) {
+      for (int kk = 0; kk < rows / 16; ++kk) {
+        const Fields f = decode(mn_major_descriptor(kTileBase, rows, kk));
+        ASSERT_EQ(f.swizzle, 1) << "128-byte swizzle";
+        int mismatches = 0;
+        for (int k = 0; k < 16; ++k) {
+          for (int n = 0; n < d; ++n) mismatches += read_mn_major(f, k, n) != stored_at(rows, 16 * kk + k, n);
+        }
+        EXPECT_EQ(mismatches, 0) << rows << " rows, d " << d << " k-step " << kk;
       }
-      EXPECT_EQ(mismatches, 0) << "d " << d << " k-step " << kk;
     }
   }
 }
 
-// The layouts must not be trivially equal: moving a k-step reads other values.
+// A TMA box of 64 rows x 64 values stored with the 128-byte swizzle (Swizzle<3,4,3> on the byte address, the box
+// written row after row of 128 bytes) lands where the cp.async copies put the same values, when it starts at
+// panel_offset of its first row and chunk, as the warp-specialised kernel's boxes do.
+TEST(WgmmaLayout, TmaBoxesLandInThePanels) {
+  for (const int rows : {64, 128}) {
+    for (int row0 = 0; row0 < rows; row0 += 64) {
+      for (const int chunk0 : {0, 8}) {
+        const uint32_t box = kTileBase + 2 * static_cast<uint32_t>(panel_offset(rows, row0, chunk0));
+        ASSERT_EQ(box % 1024, 0u) << "a box starts on a swizzle atom";
+        int mismatches = 0;
+        for (int r = 0; r < 64; ++r) {
+          for (int v = 0; v < 64; ++v) {
+            mismatches += swizzle128(box + 128 * r + 2 * v) != stored_at(rows, row0 + r, 8 * chunk0 + v);
+          }
+        }
+        EXPECT_EQ(mismatches, 0) << rows << " rows, box at row " << row0 << ", chunk " << chunk0;
+      }
+    }
+  }
+}
+
+// The layouts must not be trivially equal: moving a k-step reads other values, and a box without the swizzle
+// lands elsewhere.
 TEST(WgmmaLayout, AWrongStepReadsOtherValues) {
+  const uint32_t box = kTileBase + 2 * static_cast<uint32_t>(panel_offset(128, 0, 8));
+  EXPECT_NE(box + 128 * 3, stored_at(128, 3, 64));
   const Fields f = decode(k_major_descriptor(kTileBase, 64, 1));
   EXPECT_NE(read_k_major(f, 3, 0), stored_at(64, 3, 0));
   const Fields v = decode(mn_major_descriptor(kTileBase, 64, 1));
