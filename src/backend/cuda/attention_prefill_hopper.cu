@@ -154,10 +154,12 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(PagedAttenti
 // P V is on the tensor cores, take turns issuing (named barriers 1 and 2, "ping-pong") and release each stage
 // through a second mbarrier. No CTA-wide barrier after the set-up.
 constexpr int kWsThreads = 3 * 128;
-constexpr int kCopyThreads = 128;
 constexpr int kWsKeys = 128;     // keys per K/V tile
 constexpr int kWsStages = 3;     // 3 x 64 KB of K/V at d = 128
 constexpr int kTmaBoxKeys = 64;  // a TMA box: 64 keys of one block (block_size >= 64) x 64 values
+
+#ifdef NANOVLLM_WGMMA  // what only the sm_90a code of the kernel uses
+constexpr int kCopyThreads = 128;
 
 // K/V tiles of kWsKeys rows as 128-byte-swizzled panels of [kWsKeys rows][64 values] (what a K-major B operand of
 // N = kWsKeys and an MN-major B operand of K = kWsKeys read); a TMA box with the 128-byte swizzle lands as 64 rows
@@ -165,6 +167,7 @@ constexpr int kTmaBoxKeys = 64;  // a TMA box: 64 keys of one block (block_size 
 struct KeyPanels {
   static __device__ __forceinline__ int at(int row, int chunk) { return panel_offset(kWsKeys, row, chunk); }
 };
+#endif
 
 // Q, the K/V stages and the full / empty mbarriers of each stage, plus the slack that puts Q on a 1024-byte boundary.
 template <int D>
