@@ -50,9 +50,14 @@ int decode_max_num_seqs();
 void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes, int sm_count,
                             cudaStream_t stream);
 
-// Which prefill kernel runs: kWgmma (sm_90a code: only where prefill_kernel_for_device() names it) or kMmaSync
-// (every GPU; tests and benchmarks compare the two on Hopper).
-enum class PrefillKernel { kWgmma, kMmaSync };
+// Which prefill kernel runs. kMmaSync runs on every GPU; the others are sm_90a code, only for a device where
+// prefill_kernel_for_device() names kWgmma. kWgmma picks per launch between its two variants: the
+// warp-specialised one (TMA copies, 128-key tiles) where it applies and is faster, prompts of over 2,048 query
+// rows, else the two-stage one. Tests and benchmarks force each variant.
+enum class PrefillKernel { kWgmma, kWgmmaTwoStage, kWgmmaWarpSpecialized, kMmaSync };
+
+// Whether kWgmmaWarpSpecialized can run these arguments: head_dim 128, a bf16 cache, blocks of 64 keys or more.
+bool prefill_warp_specialized_supports(const PagedAttentionArgs& args);
 
 // The prefill kernel for the current device: kWgmma on an sm_90 device when this build holds sm_90a code, else
 // kMmaSync. It asks the device, so callers choose once (the CUDA backend at construction) and pass the choice.

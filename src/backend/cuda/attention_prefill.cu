@@ -126,7 +126,7 @@ void launch_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
 void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream, PrefillKernel kernel) {
   validate_args(args, "paged_attention_prefill");
   if (args.num_seqs == 0 || args.max_seqlen_q == 0) return;
-  if (kernel == PrefillKernel::kWgmma) return launch_hopper_prefill(args, stream);
+  if (kernel != PrefillKernel::kMmaSync) return launch_hopper_prefill(args, stream, kernel);
   if (args.head_dim == 64) {
     args.fp8_cache ? launch_prefill<64, true>(args, stream) : launch_prefill<64, false>(args, stream);
   } else {

@@ -16,6 +16,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_prefill_hopper.h"
 #include "backend/cuda/attention_prefill_tile.cuh"
@@ -359,24 +361,43 @@ void launch_warp_specialized(const PagedAttentionArgs& a, cudaStream_t stream) {
                                          stream, k_map, v_map);
 }
 
+// The warp-specialised kernel where it is faster. Measured on an H100 against the two-stage kernel: 16 x 16k
+// 432 -> 548-551 TFLOP/s and 1 x 32k 409-412 -> 535-536 (0.6B heads; 8B 411-418 -> 531-533 and 417-420 ->
+// 536-545), but 16 x 1024 317-319 -> 296-297 (likely: its 128-key tiles waste more of each diagonal tile, and a
+// short prompt's few tiles barely fill its pipeline). So it takes the prompts that are handed out per sequence
+// (over kAcrossSequencesMaxQueryRows) and nothing else. (At d = 64 an experiment measured it 25% slower than the
+// two-stage kernel; it is not built for d = 64.)
+bool warp_specialized_is_faster(const PagedAttentionArgs& a) {
+  return prefill_warp_specialized_supports(a) && prefill_tile_order(a) == PrefillTileOrder::kPerSequence;
+}
+
 }  // namespace
 
-// d = 64 stays on the two-stage kernel: the warp-specialised one measured 25% slower there (H100, 16 x 1024).
-void launch_hopper_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
-  if (a.head_dim == 64) {
-    a.fp8_cache ? launch<64, true>(a, stream) : launch<64, false>(a, stream);
-  } else if (a.fp8_cache) {
-    launch<128, true>(a, stream);
-  } else if (a.block_size >= kTmaBoxKeys) {
+void launch_hopper_prefill(const PagedAttentionArgs& a, cudaStream_t stream, PrefillKernel kernel) {
+  const bool warp_specialized = kernel == PrefillKernel::kWgmmaWarpSpecialized ||
+                                (kernel == PrefillKernel::kWgmma && warp_specialized_is_faster(a));
+  if (warp_specialized) {
+    if (!prefill_warp_specialized_supports(a))
+      throw EngineError(
+          "paged_attention_prefill: the warp-specialised kernel needs head_dim 128, a bf16 cache "
+          "and blocks of at least " +
+          std::to_string(kTmaBoxKeys) + " keys (got head_dim " + std::to_string(a.head_dim) +
+          (a.fp8_cache ? ", an FP8 cache" : ", a bf16 cache") + ", block_size " + std::to_string(a.block_size) + ")");
     launch_warp_specialized<128>(a, stream);
+  } else if (a.head_dim == 64) {
+    a.fp8_cache ? launch<64, true>(a, stream) : launch<64, false>(a, stream);
   } else {
-    launch<128, false>(a, stream);
+    a.fp8_cache ? launch<128, true>(a, stream) : launch<128, false>(a, stream);
   }
 }
 
 }  // namespace nanovllm::cuda::attention_detail
 
 namespace nanovllm::cuda {
+
+bool prefill_warp_specialized_supports(const PagedAttentionArgs& args) {
+  return args.head_dim == 128 && !args.fp8_cache && args.block_size >= attention_detail::kTmaBoxKeys;
+}
 
 PrefillKernel prefill_kernel_for_device() {
 #ifdef NANOVLLM_CUDA_HAS_SM90A

@@ -6,7 +6,8 @@
 
 namespace nanovllm::cuda::attention_detail {
 
-// Same contract as paged_attention_prefill (arguments already validated, at least one row).
-void launch_hopper_prefill(const PagedAttentionArgs& a, cudaStream_t stream);
+// Same contract as paged_attention_prefill (arguments already validated, at least one row); `kernel` is one of
+// the wgmma kernels.
+void launch_hopper_prefill(const PagedAttentionArgs& a, cudaStream_t stream, PrefillKernel kernel);
 
 }  // namespace nanovllm::cuda::attention_detail

@@ -256,15 +256,26 @@ void bench_prefill(const Shape& s, int batch, int len, int reps, bool fp8 = fals
   args.block_tables = table.as<int>();
   // Causal: each sequence has len (len + 1) / 2 (query, key) pairs; QK^T and PV are 2 flops per MAC each.
   const double flops = 4.0 * s.num_heads * s.head_dim * batch * (static_cast<double>(len) * (len + 1) / 2);
-  // The kernel the engine runs, and on Hopper the mma.sync kernel beside it.
+  // The kernel the engine runs ("wgmma": the variant it picks for this shape), and on Hopper each variant forced
+  // and the mma.sync kernel beside it.
   using nanovllm::cuda::PrefillKernel;
   const PrefillKernel engine_kernel = nanovllm::cuda::prefill_kernel_for_device();
-  for (const PrefillKernel kernel : {engine_kernel, PrefillKernel::kMmaSync}) {
+  std::vector<PrefillKernel> kernels{engine_kernel};
+  if (engine_kernel == PrefillKernel::kWgmma) {
+    kernels.push_back(PrefillKernel::kWgmmaTwoStage);
+    if (nanovllm::cuda::prefill_warp_specialized_supports(args))
+      kernels.push_back(PrefillKernel::kWgmmaWarpSpecialized);
+    kernels.push_back(PrefillKernel::kMmaSync);
+  }
+  for (const PrefillKernel kernel : kernels) {
     const double us = time_us(reps, [&](int) { nanovllm::cuda::paged_attention_prefill(args, nullptr, kernel); });
     check(cudaDeviceSynchronize(), "prefill");
+    const char* name = kernel == PrefillKernel::kWgmma           ? "wgmma"
+                       : kernel == PrefillKernel::kWgmmaTwoStage ? "2-stage"
+                       : kernel == PrefillKernel::kMmaSync       ? "mma.sync"
+                                                                 : "warp-sp";
     std::printf("prefill %-10s %s batch %4d len %6d %-8s   | %9.1f us | %8.2f TFLOP/s\n", s.name, fp8 ? "fp8 " : "bf16",
-                batch, len, kernel == PrefillKernel::kWgmma ? "wgmma" : "mma.sync", us, flops / (us * 1e-6) / 1e12);
-    if (engine_kernel == PrefillKernel::kMmaSync) break;  // the same kernel twice otherwise
+                batch, len, name, us, flops / (us * 1e-6) / 1e12);
   }
 }
 

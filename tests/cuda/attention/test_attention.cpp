@@ -47,9 +47,9 @@ int device_sms() {
 // For argument checks that throw before the grid is sized.
 constexpr int kAnySmCount = 132;
 
-// kPrefill: the kernel the engine runs (wgmma on Hopper); kPrefillMmaSync: the mma.sync kernel, which
-// expect_close also checks wherever kPrefill is the wgmma kernel.
-enum class Kernel { kDecode, kPrefill, kPrefillMmaSync };
+// kPrefill: the kernel the engine runs, and on Hopper every other prefill kernel too, each against the same
+// reference: both wgmma variants forced (the warp-specialised one where it applies) and the mma.sync kernel.
+enum class Kernel { kDecode, kPrefill };
 
 // The prefill kernel the CUDA backend picks for this device (asked once).
 cuda::PrefillKernel engine_prefill_kernel() {
@@ -57,37 +57,58 @@ cuda::PrefillKernel engine_prefill_kernel() {
   return kernel;
 }
 
-cuda::PrefillKernel prefill_kernel(Kernel kernel) {
-  return kernel == Kernel::kPrefill ? engine_prefill_kernel() : cuda::PrefillKernel::kMmaSync;
+std::vector<cuda::PrefillKernel> prefill_kernels_to_check(const cuda::PagedAttentionArgs& args) {
+  using cuda::PrefillKernel;
+  std::vector<PrefillKernel> kernels{engine_prefill_kernel()};
+  if (engine_prefill_kernel() == PrefillKernel::kWgmma) {
+    kernels.push_back(PrefillKernel::kWgmmaTwoStage);
+    if (cuda::prefill_warp_specialized_supports(args)) kernels.push_back(PrefillKernel::kWgmmaWarpSpecialized);
+    kernels.push_back(PrefillKernel::kMmaSync);
+  }
+  return kernels;
 }
 
-const char* kernel_name(Kernel kernel) {
-  if (kernel == Kernel::kDecode) return "decode ";
-  return prefill_kernel(kernel) == cuda::PrefillKernel::kWgmma ? "prefill wgmma" : "prefill mma.sync";
+std::string prefill_kernel_name(cuda::PrefillKernel kernel) {
+  switch (kernel) {
+    case cuda::PrefillKernel::kWgmma:
+      return "prefill wgmma";
+    case cuda::PrefillKernel::kWgmmaTwoStage:
+      return "prefill wgmma two-stage";
+    case cuda::PrefillKernel::kWgmmaWarpSpecialized:
+      return "prefill wgmma warp-specialised";
+    case cuda::PrefillKernel::kMmaSync:
+      return "prefill mma.sync";
+  }
+  return "prefill ?";
 }
 
-Comparison run_case(const Problem& p, Kernel kernel) {
+struct KernelComparison {
+  std::string kernel;
+  Comparison c;
+};
+
+// Decode: one comparison (and the replay checks below). Prefill: one per kernel of prefill_kernels_to_check.
+std::vector<KernelComparison> run_case(const Problem& p, Kernel kernel) {
   const HostBatch host = make_batch(p);
   DeviceBatch dev = upload(p, host);
-  poison_output(dev);
-  DevicePtr workspace;
-  std::vector<uint16_t> out;
+  std::vector<std::pair<std::string, std::vector<uint16_t>>> outs;
   if (kernel == Kernel::kDecode) {
+    poison_output(dev);
     const int num_seqs = static_cast<int>(p.seqs.size());
     const size_t ws_bytes = cuda::decode_workspace_bytes(num_seqs, p.num_heads, p.head_dim, device_sms());
     const size_t counter_bytes = cuda::decode_workspace_counter_bytes(num_seqs, p.num_kv_heads);
-    workspace = device_alloc(ws_bytes);
+    DevicePtr workspace = device_alloc(ws_bytes);
     // Partials poisoned (a read of one never written shows), the arrival counters at the end zeroed.
     char* ws = static_cast<char*>(workspace.get());
     check(cudaMemset(ws, 0xff, std::max<size_t>(ws_bytes, 16)), "poison workspace");
     if (ws_bytes) check(cudaMemset(ws + ws_bytes - counter_bytes, 0, counter_bytes), "zero counters");
     cuda::paged_attention_decode(dev.args, ws, ws_bytes, device_sms(), nullptr);
-    out = download_output(dev);
+    outs.emplace_back("decode", download_output(dev));
     // A second launch on the same workspace (as a graph replay does) finds the counters back at zero and
     // writes the same bits.
     poison_output(dev);
     cuda::paged_attention_decode(dev.args, ws, ws_bytes, device_sms(), nullptr);
-    EXPECT_EQ(download_output(dev), out) << "second launch on the same workspace: " << p.describe();
+    EXPECT_EQ(download_output(dev), outs.back().second) << "second launch on the same workspace: " << p.describe();
     if (ws_bytes) {
       std::vector<int> counters(counter_bytes / sizeof(int));
       check(cudaMemcpy(counters.data(), ws + ws_bytes - counter_bytes, counter_bytes, cudaMemcpyDeviceToHost),
@@ -96,23 +117,28 @@ Comparison run_case(const Problem& p, Kernel kernel) {
           << "arrival counters not back at zero: " << p.describe();
     }
   } else {
-    cuda::paged_attention_prefill(dev.args, nullptr, prefill_kernel(kernel));
-    out = download_output(dev);
+    for (const cuda::PrefillKernel prefill : prefill_kernels_to_check(dev.args)) {
+      poison_output(dev);
+      cuda::paged_attention_prefill(dev.args, nullptr, prefill);
+      outs.emplace_back(prefill_kernel_name(prefill), download_output(dev));
+    }
   }
   const std::vector<double> ref = reference_attention(p, host);
-  const Comparison c = compare(out, ref, static_cast<size_t>(p.num_heads) * p.head_dim);
-  std::printf("[attn] %s %s: %s\n", kernel_name(kernel), p.describe().c_str(), c.str().c_str());
-  return c;
+  std::vector<KernelComparison> comparisons;
+  for (const auto& [name, out] : outs) {
+    comparisons.push_back({name, compare(out, ref, static_cast<size_t>(p.num_heads) * p.head_dim)});
+    std::printf("[attn] %s %s: %s\n", name.c_str(), p.describe().c_str(), comparisons.back().c.str().c_str());
+  }
+  return comparisons;
 }
 
 void expect_close(const Problem& p, Kernel kernel) {
-  const Comparison c = run_case(p, kernel);
-  EXPECT_EQ(c.unwritten, 0u) << kernel_name(kernel) << " " << p.describe();
-  EXPECT_EQ(c.guard_touched, 0u) << kernel_name(kernel) << " " << p.describe();
-  EXPECT_LE(c.rel, kRelTolerance) << kernel_name(kernel) << " " << p.describe();
-  EXPECT_LE(c.max_abs, kAbsTolerance) << kernel_name(kernel) << " " << p.describe();
-  if (kernel == Kernel::kPrefill && engine_prefill_kernel() == cuda::PrefillKernel::kWgmma)
-    expect_close(p, Kernel::kPrefillMmaSync);
+  for (const auto& [name, c] : run_case(p, kernel)) {
+    EXPECT_EQ(c.unwritten, 0u) << name << " " << p.describe();
+    EXPECT_EQ(c.guard_touched, 0u) << name << " " << p.describe();
+    EXPECT_LE(c.rel, kRelTolerance) << name << " " << p.describe();
+    EXPECT_LE(c.max_abs, kAbsTolerance) << name << " " << p.describe();
+  }
 }
 
 std::vector<SeqSpec> decode_seqs(const std::vector<int>& lengths) {
@@ -178,6 +204,26 @@ TEST(AttentionArgs, RejectsBadBlockSize) {
     a.max_blocks_per_seq = 4;
     EXPECT_THROW(cuda::paged_attention_prefill(a, nullptr, cuda::PrefillKernel::kMmaSync), EngineError) << bs;
   }
+}
+
+// The warp-specialised kernel takes d = 128, a bf16 cache and blocks of 64 keys or more; forced on anything else
+// it says why instead of launching (plausible_args has blocks of 16).
+TEST(AttentionArgs, WarpSpecializedPrefillNamesWhatItNeeds) {
+  auto a = plausible_args();
+  EXPECT_FALSE(cuda::prefill_warp_specialized_supports(a));
+  try {
+    cuda::paged_attention_prefill(a, nullptr, cuda::PrefillKernel::kWgmmaWarpSpecialized);
+    ADD_FAILURE() << "no error for block_size 16";
+  } catch (const EngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("block_size 16"), std::string::npos) << e.what();
+  }
+  a.block_size = 64;
+  EXPECT_TRUE(cuda::prefill_warp_specialized_supports(a));
+  a.fp8_cache = true;
+  EXPECT_FALSE(cuda::prefill_warp_specialized_supports(a));
+  a.fp8_cache = false;
+  a.head_dim = 64;
+  EXPECT_FALSE(cuda::prefill_warp_specialized_supports(a));
 }
 
 TEST(AttentionArgs, RejectsHeadsNotMultipleOfKvHeads) {
@@ -703,11 +749,8 @@ TEST(AttentionSmall, PrefillAgreesOnDecodeRows) {
   p.head_dim = 128;
   p.block_size = 32;
   p.seqs = decode_seqs({1, 2, 255, 256, 257, 600});
-  const Comparison d = run_case(p, Kernel::kDecode);
-  const Comparison f = run_case(p, Kernel::kPrefill);
-  EXPECT_EQ(d.unwritten + f.unwritten + d.guard_touched + f.guard_touched, 0u);
-  EXPECT_LE(d.rel, kRelTolerance);
-  EXPECT_LE(f.rel, kRelTolerance);
+  expect_close(p, Kernel::kDecode);
+  expect_close(p, Kernel::kPrefill);
 }
 
 }  // namespace
