@@ -1,12 +1,14 @@
-// Not a test: the skinny-linear GEMV against cuBLASLt at Qwen3-0.6B's projection shapes and token counts
-// around kGemvMaxTokens, next to the weight-streaming floor (W bytes / measured read bandwidth).
+// Not a test: the skinny-linear GEMV against cuBLASLt at Qwen3-0.6B's (or -8B's) projection shapes and token
+// counts around kGemvMaxTokens, next to the weight-streaming floor (W bytes / measured read bandwidth); with
+// `fp8`, the GEMV on block-scaled FP8 codes of the same shapes beside it, against the FP8 floor.
 // As in bench_cuda_ops, each measurement captures 20 calls into a CUDA graph and reports the median of 15
 // replays / 20; the calls rotate over enough weight copies to exceed L2, so W comes from device memory.
 //
-//   bench_gemv            (prints one line per op, T and path; the last column is GEMV speed-up)
+//   bench_gemv [0.6b|8b] [fp8]   (one line per op, T and path; the last column is GEMV speed-up)
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -23,7 +25,24 @@ namespace {
 
 using test::graph_time_us;
 
-void run() {
+struct Shape {
+  const char* name;
+  int n, k;
+  DType out;
+};
+
+const std::vector<Shape> kQwen3_0_6b = {{"qkv", 4096, 1024, DType::BF16},
+                                        {"o_proj", 1024, 2048, DType::BF16},
+                                        {"gate_up", 6144, 1024, DType::BF16},
+                                        {"down", 1024, 3072, DType::BF16},
+                                        {"lm_head", 151936, 1024, DType::F32}};
+const std::vector<Shape> kQwen3_8b = {{"qkv", 6144, 4096, DType::BF16},
+                                      {"o_proj", 4096, 4096, DType::BF16},
+                                      {"gate_up", 24576, 4096, DType::BF16},
+                                      {"down", 4096, 12288, DType::BF16},
+                                      {"lm_head", 151936, 4096, DType::F32}};
+
+void run(const std::vector<Shape>& shapes, bool fp8) {
   CudaBackend gpu(0);
   const double read_gbs = gpu.measure_read_bandwidth_gbs(size_t{2} << 30);
   int device = 0, sms = 0;
@@ -43,16 +62,19 @@ void run() {
     return static_cast<const __nv_bfloat16*>(keep.back().data());
   };
 
-  struct Shape {
-    const char* name;
-    int n, k;
-    DType out;
+  // FP8 codes (never the NaN codes 0x7f / 0xff) and their block scales, as the loader quantises them.
+  auto fill_fp8 = [&](int n, int k) {
+    keep.push_back(gpu.allocate(static_cast<size_t>(n) * k));
+    std::vector<uint8_t> codes(static_cast<size_t>(n) * k);
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i * 2654435761u % 0x7f) | ((i & 1) << 7);
+    gpu.upload(codes.data(), keep.back().data(), codes.size());
+    const auto* fp8_codes = static_cast<const uint8_t*>(keep.back().data());
+    const size_t scales = static_cast<size_t>((n + 127) / 128) * ((k + 127) / 128);
+    keep.push_back(gpu.allocate(scales * sizeof(float)));
+    const std::vector<float> host_scales(scales, 1.f / 448);
+    gpu.upload(host_scales.data(), keep.back().data(), scales * sizeof(float));
+    return std::pair{fp8_codes, static_cast<const float*>(keep.back().data())};
   };
-  const Shape shapes[] = {{"qkv", 4096, 1024, DType::BF16},
-                          {"o_proj", 1024, 2048, DType::BF16},
-                          {"gate_up", 6144, 1024, DType::BF16},
-                          {"down", 1024, 3072, DType::BF16},
-                          {"lm_head", 151936, 1024, DType::F32}};
   // With programmatic dependent launch (NANOVLLM_PDL=0 turns it off) each GEMV of the graph starts streaming
   // its weights while the previous one finishes: an upper bound on what the decode step, where the previous
   // kernel is a norm or attention, gets from it.
@@ -64,6 +86,9 @@ void run() {
     const int copies = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>((160ll << 20) / w_bytes) + 1));
     std::vector<const __nv_bfloat16*> weights;
     for (int i = 0; i < copies; ++i) weights.push_back(fill(int64_t{s.n} * s.k));
+    const int fp8_copies = fp8 ? std::max(1, copies / 2) * 2 : 0;  // as many bytes as the bf16 copies
+    std::vector<std::pair<const uint8_t*, const float*>> fp8_weights;
+    for (int i = 0; i < fp8_copies; ++i) fp8_weights.push_back(fill_fp8(s.n, s.k));
     for (int t : {1, 4, 8, 16, 32}) {
       if (s.n > 100000 && t > 8) continue;
       const __nv_bfloat16* x = fill(int64_t{t} * s.k);
@@ -75,6 +100,18 @@ void run() {
         gemm.run_cublaslt(x, weights[i % copies], nullptr, out, s.out, t, s.n, s.k, gpu.stream());
       });
       const cuda::GemvArgs args{x, weights[0], nullptr, out, s.out, t, s.n, s.k};
+      if (fp8 && t <= cuda::kGemvMaxTokens) {
+        const double fp8_bytes = bytes - w_bytes / 2;
+        const double gemv_us = graph_time_us(gpu, [&](int i) {
+          cuda::GemvArgs a = args;
+          a.weight = nullptr;
+          a.weight_fp8 = fp8_weights[i % fp8_copies].first;
+          a.block_scale = fp8_weights[i % fp8_copies].second;
+          cuda::launch_gemv(a, sms, gpu.stream());
+        });
+        std::printf("%-8s %4d  %10.2f %10.2f %9.0f  (FP8 codes)\n", s.name, t, fp8_bytes / (read_gbs * 1e3), gemv_us,
+                    fp8_bytes / (gemv_us * 1e3));
+      }
       if (t <= cuda::kGemvMaxTokens) {
         const double gemv_us = graph_time_us(gpu, [&](int i) {
           cuda::GemvArgs a = args;
@@ -94,9 +131,22 @@ void run() {
 }  // namespace
 }  // namespace nanovllm
 
-int main() {
+int main(int argc, char** argv) {
   try {
-    nanovllm::run();
+    bool fp8 = false;
+    const std::vector<nanovllm::Shape>* shapes = &nanovllm::kQwen3_0_6b;
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "fp8") {
+        fp8 = true;
+      } else if (arg == "8b") {
+        shapes = &nanovllm::kQwen3_8b;
+      } else if (arg != "0.6b") {
+        std::fprintf(stderr, "bench_gemv: unknown argument '%s' (expected 0.6b, 8b or fp8)\n", argv[i]);
+        return 2;
+      }
+    }
+    nanovllm::run(*shapes, fp8);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gemv: %s\n", e.what());
     return 1;
