@@ -26,7 +26,8 @@ void require_value(const json& config, const char* name, const char* fallback, c
 }
 
 void check_block_size(const json& config) {
-  const std::string supported = "[" + std::to_string(kFp8BlockSize) + ", " + std::to_string(kFp8BlockSize) + "]";
+  const std::string size = std::to_string(kFp8BlockSize);
+  const std::string supported = "[" + size + ", " + size + "]";
   auto it = config.find("weight_block_size");
   if (it == config.end() || it->is_null())
     fail("weight_block_size is missing: per-tensor FP8 scales are not supported (supported: " + supported + ")");

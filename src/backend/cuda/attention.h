@@ -59,6 +59,10 @@ enum class PrefillKernel { kWgmma, kWgmmaTwoStage, kWgmmaWarpSpecialized, kMmaSy
 // Whether kWgmmaWarpSpecialized can run these arguments: head_dim 128, a bf16 cache, blocks of 64 keys or more.
 bool prefill_warp_specialized_supports(const PagedAttentionArgs& args);
 
+// The variant kWgmma runs for these arguments: kWgmmaWarpSpecialized where it applies and the prompts are over
+// 2,048 query rows, else kWgmmaTwoStage.
+PrefillKernel wgmma_prefill_variant(const PagedAttentionArgs& args);
+
 // The prefill kernel for the current device: kWgmma on an sm_90 device when this build holds sm_90a code, else
 // kMmaSync. It asks the device, so callers choose once (the CUDA backend at construction) and pass the choice.
 PrefillKernel prefill_kernel_for_device();

@@ -361,22 +361,11 @@ void launch_warp_specialized(const PagedAttentionArgs& a, cudaStream_t stream) {
                                          stream, k_map, v_map);
 }
 
-// The warp-specialised kernel where it is faster. Measured on an H100 against the two-stage kernel: 16 x 16k
-// 432 -> 548-551 TFLOP/s and 1 x 32k 409-412 -> 535-536 (0.6B heads; 8B 411-418 -> 531-533 and 417-420 ->
-// 536-545), but 16 x 1024 317-319 -> 296-297 (likely: its 128-key tiles waste more of each diagonal tile, and a
-// short prompt's few tiles barely fill its pipeline). So it takes the prompts that are handed out per sequence
-// (over kAcrossSequencesMaxQueryRows) and nothing else. (At d = 64 an experiment measured it 25% slower than the
-// two-stage kernel; it is not built for d = 64.)
-bool warp_specialized_is_faster(const PagedAttentionArgs& a) {
-  return prefill_warp_specialized_supports(a) && prefill_tile_order(a) == PrefillTileOrder::kPerSequence;
-}
-
 }  // namespace
 
 void launch_hopper_prefill(const PagedAttentionArgs& a, cudaStream_t stream, PrefillKernel kernel) {
-  const bool warp_specialized = kernel == PrefillKernel::kWgmmaWarpSpecialized ||
-                                (kernel == PrefillKernel::kWgmma && warp_specialized_is_faster(a));
-  if (warp_specialized) {
+  if (kernel == PrefillKernel::kWgmma) kernel = wgmma_prefill_variant(a);
+  if (kernel == PrefillKernel::kWgmmaWarpSpecialized) {
     if (!prefill_warp_specialized_supports(a))
       throw EngineError(
           "paged_attention_prefill: the warp-specialised kernel needs head_dim 128, a bf16 cache "
@@ -397,6 +386,19 @@ namespace nanovllm::cuda {
 
 bool prefill_warp_specialized_supports(const PagedAttentionArgs& args) {
   return args.head_dim == 128 && !args.fp8_cache && args.block_size >= attention_detail::kTmaBoxKeys;
+}
+
+// The warp-specialised kernel where it is faster. Measured on an H100 against the two-stage kernel: 16 x 16k
+// 432 -> 548-551 TFLOP/s and 1 x 32k 409-412 -> 535-536 (0.6B heads; 8B 411-418 -> 531-533 and 417-420 ->
+// 536-545), but 16 x 1024 317-319 -> 296-297 (likely: its 128-key tiles waste more of each diagonal tile, and a
+// short prompt's few tiles barely fill its pipeline). So it takes the prompts that are handed out per sequence
+// (over kAcrossSequencesMaxQueryRows) and nothing else. (At d = 64 an experiment measured it 25% slower than the
+// two-stage kernel; it is not built for d = 64.)
+PrefillKernel wgmma_prefill_variant(const PagedAttentionArgs& args) {
+  const bool long_prompts =
+      attention_detail::prefill_tile_order(args) == attention_detail::PrefillTileOrder::kPerSequence;
+  return prefill_warp_specialized_supports(args) && long_prompts ? PrefillKernel::kWgmmaWarpSpecialized
+                                                                 : PrefillKernel::kWgmmaTwoStage;
 }
 
 PrefillKernel prefill_kernel_for_device() {

@@ -226,6 +226,27 @@ TEST(AttentionArgs, WarpSpecializedPrefillNamesWhatItNeeds) {
   EXPECT_FALSE(cuda::prefill_warp_specialized_supports(a));
 }
 
+// kWgmma takes the warp-specialised kernel for prompts over 2,048 query rows where it applies (where it measured
+// faster), the two-stage kernel for everything else.
+TEST(AttentionArgs, WgmmaTakesTheWarpSpecializedKernelForLongPromptsOnly) {
+  using cuda::PrefillKernel;
+  auto a = plausible_args();
+  a.block_size = 256;
+  a.max_seqlen_q = 2049;
+  EXPECT_EQ(cuda::wgmma_prefill_variant(a), PrefillKernel::kWgmmaWarpSpecialized);
+  a.max_seqlen_q = 2048;
+  EXPECT_EQ(cuda::wgmma_prefill_variant(a), PrefillKernel::kWgmmaTwoStage);
+  a.max_seqlen_q = 32768;
+  a.fp8_cache = true;
+  EXPECT_EQ(cuda::wgmma_prefill_variant(a), PrefillKernel::kWgmmaTwoStage);
+  a.fp8_cache = false;
+  a.head_dim = 64;
+  EXPECT_EQ(cuda::wgmma_prefill_variant(a), PrefillKernel::kWgmmaTwoStage);
+  a.head_dim = 128;
+  a.block_size = 32;
+  EXPECT_EQ(cuda::wgmma_prefill_variant(a), PrefillKernel::kWgmmaTwoStage);
+}
+
 TEST(AttentionArgs, RejectsHeadsNotMultipleOfKvHeads) {
   auto a = plausible_args();
   a.num_heads = 3;
