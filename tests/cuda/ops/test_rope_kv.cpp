@@ -161,7 +161,8 @@ std::vector<RopeCase> rope_cases() {
 INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvTest, ::testing::ValuesIn(rope_cases()),
                          [](const ::testing::TestParamInfo<RopeCase>& info) {
                            const RopeCase& c = info.param;
-                           return "T" + std::to_string(c.tokens) + "_nh" + std::to_string(c.num_heads) + "_nkv" +
+                           std::string name = "T";
+                           return name + std::to_string(c.tokens) + "_nh" + std::to_string(c.num_heads) + "_nkv" +
                                   std::to_string(c.num_kv_heads) + "_d" + std::to_string(c.head_dim) + "_bs" +
                                   std::to_string(c.block_size) + (c.qk_norm ? "_norm" : "_nonorm");
                          });
