@@ -88,6 +88,20 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
   wgmma_commit();
 }
 
+// The position of warpgroup `group`'s first query row, and how many key tiles of kKeys keys it attends: those up
+// to its last valid row's position. Later tiles are masked whole for it (the CTA's last tile for warpgroup 0, every
+// tile for a warpgroup whose rows are all past q_len): it skips them, which leaves its softmax state as it was.
+struct WarpgroupKeys {
+  int first_pos;
+  int tiles;
+};
+template <int kKeys>
+__device__ __forceinline__ WarpgroupKeys warpgroup_keys(const PrefillTile& t, int group) {
+  const int first_row = t.row0 + group * kGroupRows;
+  const int last_row = min(first_row + kGroupRows - 1, t.q_len - 1);
+  return {t.past + first_row, last_row < first_row ? 0 : (t.past + last_row) / kKeys + 1};
+}
+
 // Warpgroup w owns query rows 64w .. 64w + 63 of the CTA's tile.
 template <int D, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(PagedAttentionArgs a, PrefillTileOrder order) {
@@ -109,13 +123,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(PagedAttenti
   const int g = (threadIdx.x % 32) >> 2;  // fragment row (and row + 8)
   int row_pos[2];
   fragment_row_positions(tile, warp, g, row_pos);
-  const int group_first_pos = tile.past + tile.row0 + group * kGroupRows;
-  // Key tiles past this warpgroup's last valid row are masked whole for it (the CTA's last tile for warpgroup
-  // 0, every tile for a warpgroup whose rows are all past q_len): it skips them, which leaves its softmax state
-  // as it was.
-  const int group_last_row = min(tile.row0 + (group + 1) * kGroupRows - 1, tile.q_len - 1);
-  const int group_tiles =
-      group_last_row < tile.row0 + group * kGroupRows ? 0 : (tile.past + group_last_row) / kPrefillKeys + 1;
+  const auto [group_first_pos, group_tiles] = warpgroup_keys<kPrefillKeys>(tile, group);
   const float score_scale = a.scale * kLog2e * (kFp8 ? a.k_scale : 1.0f);
   const uint32_t q_addr = smem_address(sm_q + group * kGroupRows * D);
 
@@ -267,12 +275,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int warp = ct / 32;
   const int group = warp / 4;
   const int g = (ct % 32) >> 2;
-  const int row_pos[2] = {tile.past + tile.row0 + warp * kWarpRows + g,
-                          tile.past + tile.row0 + warp * kWarpRows + g + 8};
-  const int group_first_pos = tile.past + tile.row0 + group * kGroupRows;
-  const int group_last_row = min(tile.row0 + (group + 1) * kGroupRows - 1, tile.q_len - 1);
-  const int group_tiles =
-      group_last_row < tile.row0 + group * kGroupRows ? 0 : (tile.past + group_last_row) / kWsKeys + 1;
+  int row_pos[2];
+  fragment_row_positions(tile, warp, g, row_pos);
+  const auto [group_first_pos, group_tiles] = warpgroup_keys<kWsKeys>(tile, group);
   const float score_scale = a.scale * kLog2e;
   const uint32_t q_addr = smem_address(sm_q + group * kGroupRows * D);
   const auto k_addr = [&](int j) { return smem_address(sm_k + (j % kWsStages) * kTileElems); };
