@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/attention.h"
+#include "prefill_kernels.h"
 
 namespace {
 
@@ -256,26 +257,16 @@ void bench_prefill(const Shape& s, int batch, int len, int reps, bool fp8 = fals
   args.block_tables = table.as<int>();
   // Causal: each sequence has len (len + 1) / 2 (query, key) pairs; QK^T and PV are 2 flops per MAC each.
   const double flops = 4.0 * s.num_heads * s.head_dim * batch * (static_cast<double>(len) * (len + 1) / 2);
-  // The kernel the engine runs ("wgmma": the variant it picks for this shape), and on Hopper each variant forced
-  // and the mma.sync kernel beside it.
-  using nanovllm::cuda::PrefillKernel;
-  const PrefillKernel engine_kernel = nanovllm::cuda::prefill_kernel_for_device();
-  std::vector<PrefillKernel> kernels{engine_kernel};
-  if (engine_kernel == PrefillKernel::kWgmma) {
-    kernels.push_back(PrefillKernel::kWgmmaTwoStage);
-    if (nanovllm::cuda::prefill_warp_specialized_supports(args))
-      kernels.push_back(PrefillKernel::kWgmmaWarpSpecialized);
-    kernels.push_back(PrefillKernel::kMmaSync);
-  }
-  for (const PrefillKernel kernel : kernels) {
+  // The kernel the engine runs (named by the variant it picks for this shape), and on Hopper every other prefill
+  // kernel beside it.
+  const nanovllm::cuda::PrefillKernel engine_kernel = nanovllm::cuda::prefill_kernel_for_device();
+  for (const nanovllm::cuda::PrefillKernel kernel :
+       nanovllm::attention_test::prefill_kernels_to_compare(engine_kernel, args)) {
     const double us = time_us(reps, [&](int) { nanovllm::cuda::paged_attention_prefill(args, nullptr, kernel); });
     check(cudaDeviceSynchronize(), "prefill");
-    const char* name = kernel == PrefillKernel::kWgmma           ? "wgmma"
-                       : kernel == PrefillKernel::kWgmmaTwoStage ? "2-stage"
-                       : kernel == PrefillKernel::kMmaSync       ? "mma.sync"
-                                                                 : "warp-sp";
-    std::printf("prefill %-10s %s batch %4d len %6d %-8s   | %9.1f us | %8.2f TFLOP/s\n", s.name, fp8 ? "fp8 " : "bf16",
-                batch, len, name, us, flops / (us * 1e-6) / 1e12);
+    const std::string name = nanovllm::attention_test::prefill_kernel_name(kernel, args);
+    std::printf("prefill %-10s %s batch %4d len %6d %-24s | %9.1f us | %8.2f TFLOP/s\n", s.name, fp8 ? "fp8 " : "bf16",
+                batch, len, name.c_str(), us, flops / (us * 1e-6) / 1e12);
   }
 }
 

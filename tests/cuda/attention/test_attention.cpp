@@ -23,6 +23,7 @@
 #include "backend/cuda/attention_decode_plan.cuh"
 #include "common/error.h"
 #include "common/half_float.h"
+#include "prefill_kernels.h"
 
 namespace nanovllm::attention_test {
 namespace {
@@ -48,7 +49,7 @@ int device_sms() {
 constexpr int kAnySmCount = 132;
 
 // kPrefill: the kernel the engine runs, and on Hopper every other prefill kernel too, each against the same
-// reference: both wgmma variants forced (the warp-specialised one where it applies) and the mma.sync kernel.
+// reference (prefill_kernels_to_compare).
 enum class Kernel { kDecode, kPrefill };
 
 // The prefill kernel the CUDA backend picks for this device (asked once).
@@ -57,37 +58,12 @@ cuda::PrefillKernel engine_prefill_kernel() {
   return kernel;
 }
 
-std::vector<cuda::PrefillKernel> prefill_kernels_to_check(const cuda::PagedAttentionArgs& args) {
-  using cuda::PrefillKernel;
-  std::vector<PrefillKernel> kernels{engine_prefill_kernel()};
-  if (engine_prefill_kernel() == PrefillKernel::kWgmma) {
-    kernels.push_back(PrefillKernel::kWgmmaTwoStage);
-    if (cuda::prefill_warp_specialized_supports(args)) kernels.push_back(PrefillKernel::kWgmmaWarpSpecialized);
-    kernels.push_back(PrefillKernel::kMmaSync);
-  }
-  return kernels;
-}
-
-std::string prefill_kernel_name(cuda::PrefillKernel kernel) {
-  switch (kernel) {
-    case cuda::PrefillKernel::kWgmma:
-      return "prefill wgmma";
-    case cuda::PrefillKernel::kWgmmaTwoStage:
-      return "prefill wgmma two-stage";
-    case cuda::PrefillKernel::kWgmmaWarpSpecialized:
-      return "prefill wgmma warp-specialised";
-    case cuda::PrefillKernel::kMmaSync:
-      return "prefill mma.sync";
-  }
-  return "prefill ?";
-}
-
 struct KernelComparison {
   std::string kernel;
   Comparison c;
 };
 
-// Decode: one comparison (and the replay checks below). Prefill: one per kernel of prefill_kernels_to_check.
+// Decode: one comparison (and the replay checks below). Prefill: one per kernel of prefill_kernels_to_compare.
 std::vector<KernelComparison> run_case(const Problem& p, Kernel kernel) {
   const HostBatch host = make_batch(p);
   DeviceBatch dev = upload(p, host);
@@ -117,10 +93,10 @@ std::vector<KernelComparison> run_case(const Problem& p, Kernel kernel) {
           << "arrival counters not back at zero: " << p.describe();
     }
   } else {
-    for (const cuda::PrefillKernel prefill : prefill_kernels_to_check(dev.args)) {
+    for (const cuda::PrefillKernel prefill : prefill_kernels_to_compare(engine_prefill_kernel(), dev.args)) {
       poison_output(dev);
       cuda::paged_attention_prefill(dev.args, nullptr, prefill);
-      outs.emplace_back(prefill_kernel_name(prefill), download_output(dev));
+      outs.emplace_back("prefill " + prefill_kernel_name(prefill, dev.args), download_output(dev));
     }
   }
   const std::vector<double> ref = reference_attention(p, host);
