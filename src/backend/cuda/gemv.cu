@@ -206,8 +206,9 @@ int row_groups_for(int tokens, int n, int sm_count) {
 // 8 (bf16). Measured on an H100, Qwen3-8B at T = 1 (µs, 16 warps -> capped): FP8 qkv 12.5 -> 12.3, o_proj 9.6 ->
 // 8.6, gate_up 37.2 -> 36.8, down 26.7 -> 20.8; bf16 qkv 21.0 -> 19.1, o_proj 15.1 -> 13.9, gate_up 70.8 -> 69.7,
 // down 38.6 -> 38.8. A one-wave grid (Qwen3-0.6B's o_proj and down: 128 CTAs) lost by the same change (FP8 down
-// 3.6 -> 4.5), and so did a grid of many waves, whose tails are already amortised (Qwen3-8B's lm_head, 144 waves:
-// 411 -> 427 µs): both keep their warps.
+// 3.6 -> 4.5), and so did, it seems, a grid of many waves, whose tails are already amortised (Qwen3-8B's lm_head,
+// 144 waves: 427 µs capped, 410-411 not, in separate calls whose cuBLASLt reference agreed within 0.3%): both keep
+// their warps.
 int warps_for(bool fp8, int warp_steps, int row_groups, int ctas, int sm_count) {
   const int warps = std::clamp(warp_steps, 1, kMaxWarps);
   if (row_groups != 1 || ctas < 2 * sm_count || ctas > 32 * sm_count) return warps;
