@@ -160,6 +160,10 @@ class Backend {
   // Called once per FP8 weight as it loads, before any op: a backend that needs scratch for linear_fp8() of an
   // [n, k] weight sizes it here (no allocation may happen later: CUDA graphs replay fixed addresses).
   virtual void reserve_fp8_linear(int64_t n, int64_t k) { (void)n, (void)k; }
+  // Called once per FP8 weight after its codes and scales are written and before any op reads them: a backend
+  // that wants the scales in another layout makes its copy here (it may allocate). The tensors must not change
+  // afterwards.
+  virtual void prepare_fp8_linear(const Tensor& weight, const Tensor& block_scale) { (void)weight, (void)block_scale; }
   // qkv [T, (nh + 2 nkv) d] is split into q, k, v; q and k get the per-head RMSNorm (when q_norm / k_norm
   // are not empty; Qwen2 has none) and rotary embedding (NeoX halves: x1 = x[:d/2], x2 = x[d/2:]) with
   // rope [max_pos, d] F32 holding cos in [:, :d/2] and sin in [:, d/2:]. q goes to q_out [T, nh d];

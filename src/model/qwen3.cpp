@@ -112,6 +112,7 @@ Qwen3Model::LinearWeight Qwen3Model::load_fp8_linear(WeightSource& weights, cons
   }
   if (code_offset != w.weight.bytes() || scale_offset != w.block_scale.bytes())
     throw EngineError("Qwen3Model: the parts of '" + parts.front().name + "' do not fill its FP8 weight");
+  backend_.prepare_fp8_linear(w.weight, w.block_scale);
   weight_bytes_ += w.weight.bytes() + w.block_scale.bytes();
   return w;
 }

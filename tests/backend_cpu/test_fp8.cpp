@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/fp8.h"
+#include "common/fp8_activation.h"
 
 namespace nanovllm {
 namespace {
@@ -97,6 +98,39 @@ TEST(Fp8E4m3, SaturatesAndKeepsNan) {
   EXPECT_EQ(float_to_fp8_e4m3(std::nanf("")), 0x7f);
   EXPECT_EQ(float_to_fp8_e4m3(1e-30f), 0x00);  // below half the smallest subnormal
   EXPECT_EQ(float_to_fp8_e4m3(-1e-30f), 0x80);
+}
+
+// The activations' per-token, per-128-group rule (the reference the CUDA quantiser is checked against): each
+// group's largest magnitude becomes the code 448 exactly, a group of zeros gets scale 1 and zero codes, a last
+// group shorter than 128 takes its scale from its own values, and code * scale is within E4M3's rounding.
+TEST(Fp8Activations, QuantisesEachTokenGroupByItsAmax) {
+  const int64_t rows = 2, cols = 128 + 48;  // two groups a row, the second partial
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  for (auto& v : x) v = dist(rng);
+  x[5] = -7.5f;    // row 0, group 0's amax (negative)
+  x[130] = 0.25f;  // row 0, group 1's amax
+  for (int64_t c = 131; c < cols; ++c) x[static_cast<size_t>(c)] = 0.0625f;
+  x[128] = 0.0f;
+  x[129] = -0.125f;
+  for (int64_t c = 0; c < 128; ++c) x[static_cast<size_t>(cols + c)] = 0.0f;  // row 1, group 0: zeros
+  std::vector<uint8_t> codes(x.size());
+  std::vector<float> scales(static_cast<size_t>(rows * 2));
+  quantize_fp8_activations(x.data(), rows, cols, codes.data(), scales.data());
+  EXPECT_EQ(scales[0], 7.5f / 448.0f);
+  EXPECT_EQ(codes[5], float_to_fp8_e4m3(-448.0f));
+  EXPECT_EQ(scales[1], 0.25f / 448.0f);
+  EXPECT_EQ(codes[130], 0x7e);
+  EXPECT_EQ(scales[2], 1.0f);
+  for (int64_t c = 0; c < 128; ++c) EXPECT_EQ(codes[static_cast<size_t>(cols + c)], 0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int64_t r = static_cast<int64_t>(i) / cols, g = (static_cast<int64_t>(i) % cols) / 128;
+    const float scale = scales[static_cast<size_t>(r * 2 + g)];
+    const float back = fp8_e4m3_to_float(codes[i]) * scale;
+    EXPECT_EQ(codes[i], float_to_fp8_e4m3(x[i] / scale)) << i;
+    EXPECT_LE(std::fabs(back - x[i]), std::fabs(x[i]) / 16 + 0x1p-10f * scale) << i;
+  }
 }
 
 }  // namespace

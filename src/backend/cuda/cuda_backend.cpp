@@ -4,12 +4,14 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8_block_gemm.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
@@ -95,6 +97,15 @@ LinearDims check_linear(const char* op, const Tensor& x, const Tensor& weight, D
   return {static_cast<int>(m), static_cast<int>(n), static_cast<int>(k)};
 }
 
+// NANOVLLM_FP8_GEMM: unset or "dequant" -> kDequantize, "block" -> kBlockScaled.
+Fp8LinearPath fp8_gemm_path_from_environment() {
+  const char* setting = std::getenv("NANOVLLM_FP8_GEMM");
+  if (setting == nullptr || std::strcmp(setting, "") == 0 || std::strcmp(setting, "dequant") == 0)
+    return Fp8LinearPath::kDequantize;
+  if (std::strcmp(setting, "block") == 0) return Fp8LinearPath::kBlockScaled;
+  throw InvalidInput(std::string("NANOVLLM_FP8_GEMM is '") + setting + "'; expected 'dequant' or 'block'");
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(int device_index) : device_(device_index) {
@@ -110,12 +121,16 @@ CudaBackend::CudaBackend(int device_index) : device_(device_index) {
   NANOVLLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_workspace_ = allocate(kGemmWorkspaceBytes);
   gemm_ = std::make_unique<cuda::Gemm>(gemm_workspace_.data(), kGemmWorkspaceBytes);
+  // Same workspace: both GEMMs run on this one stream, one after the other.
+  fp8_gemm_ = std::make_unique<cuda::Fp8BlockGemm>(gemm_workspace_.data(), kGemmWorkspaceBytes);
+  fp8_gemm_path_ = fp8_gemm_path_from_environment();
 }
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);  // no throwing from a destructor
   if (stream_) cudaStreamSynchronize(stream_);
   gemm_.reset();
+  fp8_gemm_.reset();
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -163,6 +178,7 @@ void CudaBackend::reserve(const BackendLimits& limits) {
     sampler_workspace_ = allocate(cuda::sampler_workspace_bytes(limits.max_logits_rows, limits.vocab_size));
   }
   reserved_ = true;
+  if (fp8_gemm_path_ == Fp8LinearPath::kBlockScaled) reserve_fp8_activations();
 }
 
 Buffer CudaBackend::allocate(size_t bytes) {
@@ -317,6 +333,79 @@ void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bi
 void CudaBackend::reserve_fp8_linear(int64_t n, int64_t k) {
   const size_t bytes = static_cast<size_t>(n) * static_cast<size_t>(k) * sizeof(__nv_bfloat16);
   if (bytes > fp8_weight_scratch_.bytes()) fp8_weight_scratch_ = allocate(bytes);
+  fp8_max_k_ = std::max(fp8_max_k_, k);
+  if (fp8_gemm_path_ == Fp8LinearPath::kBlockScaled) reserve_fp8_activations();
+}
+
+void CudaBackend::reserve_fp8_activations() {
+  const int64_t rows = limits_.max_num_tokens, k = fp8_max_k_;
+  if (rows <= fp8_activation_rows_ && k <= fp8_activation_k_) return;
+  const int64_t new_rows = std::max(rows, fp8_activation_rows_), new_k = std::max(k, fp8_activation_k_);
+  if (new_rows == 0 || new_k == 0) return;
+  // Freed before allocating: the old and new scratch need not fit side by side.
+  fp8_activation_codes_ = Buffer();
+  fp8_activation_scales_ = Buffer();
+  fp8_activation_rows_ = fp8_activation_k_ = 0;
+  fp8_activation_codes_ = allocate(static_cast<size_t>(new_rows * new_k));
+  fp8_activation_scales_ = allocate(static_cast<size_t>(new_rows * fp8_blocks(new_k)) * sizeof(float));
+  fp8_activation_rows_ = new_rows;
+  fp8_activation_k_ = new_k;
+}
+
+void CudaBackend::set_fp8_gemm_path(Fp8LinearPath path) {
+  if (path != Fp8LinearPath::kDequantize && path != Fp8LinearPath::kBlockScaled)
+    throw EngineError("set_fp8_gemm_path: the path above 16 rows is kDequantize or kBlockScaled");
+  make_current();
+  fp8_gemm_path_ = path;
+  if (path == Fp8LinearPath::kBlockScaled) reserve_fp8_activations();
+}
+
+void CudaBackend::prepare_fp8_linear(const Tensor& weight, const Tensor& block_scale) {
+  make_current();
+  const char* op = "prepare_fp8_linear";
+  require_dtype(weight, DType::F8_E4M3, op, "weight");
+  require_dtype(block_scale, DType::F32, op, "block_scale");
+  require(weight.ndim == 2, op, "weight " + weight.shape_string() + " must be 2-D");
+  const int64_t n = weight.dim(0), k = weight.dim(1), rows = fp8_blocks(n), cols = fp8_blocks(k);
+  require(block_scale.ndim == 2 && block_scale.dim(0) == rows && block_scale.dim(1) == cols, op,
+          "block_scale " + block_scale.shape_string() + " does not match weight " + weight.shape_string());
+  padded_fp8_scales_.erase(block_scale.data);  // an address reused by a later weight must not find stale scales
+  const int64_t stride = cuda::fp8_weight_scale_row_stride(k);
+  if (stride == cols || rows == 0) return;  // already cuBLASLt's layout
+  PaddedScales padded{allocate(static_cast<size_t>(rows * stride) * sizeof(float)), n, k};
+  NANOVLLM_CUDA_CHECK(cudaMemsetAsync(padded.scales.data(), 0, padded.scales.bytes(), stream_));
+  NANOVLLM_CUDA_CHECK(cudaMemcpy2DAsync(padded.scales.data(), static_cast<size_t>(stride) * sizeof(float),
+                                        block_scale.data, static_cast<size_t>(cols) * sizeof(float),
+                                        static_cast<size_t>(cols) * sizeof(float), static_cast<size_t>(rows),
+                                        cudaMemcpyDeviceToDevice, stream_));
+  padded_fp8_scales_.emplace(block_scale.data, std::move(padded));
+}
+
+bool CudaBackend::block_scaled_linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
+                                          const Tensor& bias, Tensor& out) {
+  const int64_t k = x.dim(-1), m = x.numel() / std::max<int64_t>(k, 1), n = weight.dim(0);
+  if (out.dtype != DType::BF16 || k % 16 != 0 || m > fp8_activation_rows_ || k > fp8_activation_k_) return false;
+  const float* w_scales = block_scale.as<float>();
+  if (cuda::fp8_weight_scale_row_stride(k) != fp8_blocks(k)) {
+    const auto padded = padded_fp8_scales_.find(block_scale.data);
+    if (padded == padded_fp8_scales_.end() || padded->second.n != n || padded->second.k != k) return false;
+    w_scales = static_cast<const float*>(padded->second.scales.data());
+  }
+  if (!aligned16(w_scales)) return false;
+  cuda::Fp8BlockGemmArgs args;
+  args.x_codes = static_cast<const uint8_t*>(fp8_activation_codes_.data());
+  args.x_scales = static_cast<const float*>(fp8_activation_scales_.data());
+  args.w_codes = weight.as<uint8_t>();
+  args.w_scales = w_scales;
+  args.bias = bias.empty() ? nullptr : bf16(bias);
+  args.out = bf16_mut(out);
+  args.m = static_cast<int>(m);
+  args.n = static_cast<int>(n);
+  args.k = static_cast<int>(k);
+  if (!fp8_gemm_->supports(args)) return false;
+  cuda::launch_quantize_fp8_activations(bf16(x), static_cast<uint8_t*>(fp8_activation_codes_.data()),
+                                        static_cast<float*>(fp8_activation_scales_.data()), args.m, args.k, stream_);
+  return fp8_gemm_->run(args, stream_);
 }
 
 void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
@@ -338,12 +427,26 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
   gemv.tokens = d.m;
   gemv.n = d.n;
   gemv.k = d.k;
-  if (cuda::gemv_supports(gemv)) return cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
+  if (cuda::gemv_supports(gemv)) {
+    last_fp8_linear_path_ = Fp8LinearPath::kGemv;
+    return cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
+  }
+  if (fp8_gemm_path_ == Fp8LinearPath::kBlockScaled) {
+    if (block_scaled_linear_fp8(x, weight, block_scale, bias, out)) {
+      last_fp8_linear_path_ = Fp8LinearPath::kBlockScaled;
+      return;
+    }
+    // Once per weight shape: a run meant to measure the block-scaled path says where it did not take it.
+    if (fp8_fallback_shapes_.emplace(d.n, d.k).second)
+      std::fprintf(stderr, "nanovllm: block-scaled FP8 GEMM not taken for N=%d K=%d (first at M=%d): dequantising\n",
+                   d.n, d.k, d.m);
+  }
   require(fp8_weight_scratch_.bytes() >= weight.numel() * sizeof(__nv_bfloat16), op,
           "weight " + weight.shape_string() + " was not reserved (reserve_fp8_linear)");
   auto* dequantised = static_cast<__nv_bfloat16*>(fp8_weight_scratch_.data());
   cuda::launch_dequantize_fp8_weight(weight.as<uint8_t>(), block_scale.as<float>(), dequantised, d.n, d.k, stream_);
   gemm_->run(bf16(x), dequantised, gemv.bias, out.data, out.dtype, d.m, d.n, d.k, stream_);
+  last_fp8_linear_path_ = Fp8LinearPath::kDequantize;
 }
 
 void CudaBackend::qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,

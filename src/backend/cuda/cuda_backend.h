@@ -7,8 +7,11 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "backend/backend.h"
 #include "backend/cuda/attention.h"
@@ -22,7 +25,14 @@ namespace nanovllm {
 
 namespace cuda {
 class Gemm;
-}
+class Fp8BlockGemm;
+}  // namespace cuda
+
+// How linear_fp8 multiplies: the GEMV up to 16 rows; above, either the weight dequantised to bf16 for cuBLASLt's
+// bf16 GEMM (kDequantize, the default) or the activations quantised per token and 128-wide group for cuBLASLt's
+// block-scaled FP8 GEMM (kBlockScaled; W8A8). The environment variable NANOVLLM_FP8_GEMM=dequant|block picks the
+// initial choice of every backend; shapes the FP8 GEMM refuses take the dequantise path.
+enum class Fp8LinearPath { kGemv, kDequantize, kBlockScaled };
 
 class CudaBackend final : public Backend {
  public:
@@ -56,12 +66,16 @@ class CudaBackend final : public Backend {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
   void add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) override;
-  // Up to 16 rows: the GEMV reads the FP8 codes directly. More: the weight is dequantised to bf16 into a
-  // scratch buffer (sized by reserve_fp8_linear) and multiplied by cuBLASLt.
+  // Up to 16 rows: the GEMV reads the FP8 codes directly. More: fp8_gemm_path() (see Fp8LinearPath); the
+  // dequantised weight goes to a scratch buffer sized by reserve_fp8_linear, the quantised activations to one
+  // sized by reserve() and reserve_fp8_linear while the block-scaled path is selected.
   void linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
                   Tensor& out) override;
   bool supports_fp8_weights() const override { return true; }
   void reserve_fp8_linear(int64_t n, int64_t k) override;
+  // Scales whose rows cuBLASLt wants padded (ceil(K / 128) % 4 != 0) get a padded copy here, used by the
+  // block-scaled path; a scale tensor linear_fp8 meets without one takes the dequantise path.
+  void prepare_fp8_linear(const Tensor& weight, const Tensor& block_scale) override;
   void qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
                           const Tensor& positions, const Tensor& rope, const Tensor& slot_mapping, int num_heads,
                           int num_kv_heads, int head_dim, KvCacheLayer& cache, Tensor& q_out) override;
@@ -87,6 +101,13 @@ class CudaBackend final : public Backend {
   CudaGraph capture(const std::function<void()>& enqueue);
   void replay(const CudaGraph& graph);
 
+  // The path linear_fp8 takes above 16 rows: kDequantize or kBlockScaled. Selecting kBlockScaled allocates the
+  // activation scratch for the FP8 linears reserved so far (so select it before capturing graphs).
+  void set_fp8_gemm_path(Fp8LinearPath path);
+  Fp8LinearPath fp8_gemm_path() const { return fp8_gemm_path_; }
+  // The path the last linear_fp8 call took (tests check that the path they meant to cover ran).
+  Fp8LinearPath last_fp8_linear_path() const { return last_fp8_linear_path_; }
+
   // The kernel arguments sample() and sample_shard() launch with, unchecked (the two check first); tests
   // that drive one sampler path explicitly (cuda::launch_sample_via) build theirs with these.
   static cuda::SamplerArgs sample_args(const Tensor& logits, const SamplerInputs& in, Tensor& token_ids);
@@ -98,6 +119,11 @@ class CudaBackend final : public Backend {
   void check_sampler_inputs(const char* op, const Tensor& logits, const SamplerInputs& in, const Tensor& token_ids,
                             const char* token_name) const;
   void make_current() const;
+  // (Re)allocates the activation scratch of the block-scaled FP8 path for max_num_tokens rows of the widest K.
+  void reserve_fp8_activations();
+  // linear_fp8 above 16 rows on the block-scaled FP8 GEMM; false (nothing enqueued) where it does not apply.
+  bool block_scaled_linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
+                               Tensor& out);
 
   int device_ = 0;
   std::shared_ptr<std::atomic<size_t>> live_bytes_ =
@@ -112,6 +138,20 @@ class CudaBackend final : public Backend {
   Buffer attention_workspace_;
   Buffer sampler_workspace_;
   Buffer fp8_weight_scratch_;  // bf16, the largest FP8 weight reserved
+  std::unique_ptr<cuda::Fp8BlockGemm> fp8_gemm_;
+  Fp8LinearPath fp8_gemm_path_ = Fp8LinearPath::kDequantize;
+  Fp8LinearPath last_fp8_linear_path_ = Fp8LinearPath::kGemv;
+  int64_t fp8_max_k_ = 0;            // the widest FP8 linear reserved
+  int64_t fp8_activation_rows_ = 0;  // rows the activation scratch holds
+  int64_t fp8_activation_k_ = 0;     // and the K it holds them for
+  Buffer fp8_activation_codes_;      // E4M3 [rows, K]
+  Buffer fp8_activation_scales_;     // F32 [ceil(K / 128), rows]
+  struct PaddedScales {
+    Buffer scales;  // [ceil(n / 128), round_up(ceil(k / 128), 4)]
+    int64_t n = 0, k = 0;
+  };
+  std::map<const void*, PaddedScales> padded_fp8_scales_;  // by the block_scale tensor's address
+  std::set<std::pair<int, int>> fp8_fallback_shapes_;      // (N, K) the block-scaled path fell back on
 };
 
 }  // namespace nanovllm

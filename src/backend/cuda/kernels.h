@@ -59,6 +59,12 @@ void launch_set_logits(float* logits, int64_t vocab, const int* rows, const int*
 void launch_dequantize_fp8_weight(const uint8_t* codes, const float* block_scale, __nv_bfloat16* out, int n, int k,
                                   cudaStream_t stream);
 
+// fp8_act_quant.cu: dynamic FP8 quantisation of x [m, k] bf16 per token and 128-wide K group
+// (common/fp8_activation.h): codes [m, k] E4M3 and scales [ceil(k / 128), m] F32 (group-major: the order
+// cuBLASLt's VEC128_32F reads, fp8_block_gemm.h). k % 16 == 0; x 16-byte, codes 8-byte aligned.
+void launch_quantize_fp8_activations(const __nv_bfloat16* x, uint8_t* codes, float* scales, int m, int k,
+                                     cudaStream_t stream);
+
 // gather.cu: out[r] = x[rows[r]] for rows of row_bytes bytes each (any dtype).
 void launch_gather_rows(const void* x, const int* rows, void* out, int num_rows, size_t row_bytes, cudaStream_t stream);
 
