@@ -164,6 +164,11 @@ class Backend {
   // that wants the scales in another layout makes its copy here (it may allocate). The tensors must not change
   // afterwards.
   virtual void prepare_fp8_linear(const Tensor& weight, const Tensor& block_scale) { (void)weight, (void)block_scale; }
+  // Called once at load for a large bf16 weight that linear() will multiply by few rows every decode step (the
+  // lm_head), after it is written: a backend with more than one kernel for such calls may time them on it here
+  // and keep the faster. out_dtype: the dtype linear() will write. It may synchronise; results stay within
+  // linear()'s accuracy whichever kernel it keeps.
+  virtual void tune_linear(const Tensor& weight, DType out_dtype) { (void)weight, (void)out_dtype; }
   // qkv [T, (nh + 2 nkv) d] is split into q, k, v; q and k get the per-head RMSNorm (when q_norm / k_norm
   // are not empty; Qwen2 has none) and rotary embedding (NeoX halves: x1 = x[:d/2], x2 = x[d/2:]) with
   // rope [max_pos, d] F32 holding cos in [:, :d/2] and sin in [:, d/2:]. q goes to q_out [T, nh d];

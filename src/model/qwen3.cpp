@@ -200,6 +200,7 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
                  ? embed_tokens_
                  : load(weights, {row_block("lm_head.weight", {V, H}, shard.vocab_start, shard.vocab_rows)}, {Vc, H},
                         Padding::kZeroRows);
+  backend_.tune_linear(lm_head_, DType::F32);  // logits are F32
   build_rope_table(max_model_len);
 
   const DType act = backend.compute_dtype();

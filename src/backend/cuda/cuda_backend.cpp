@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/call_timing.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_block_gemm.h"
 #include "backend/cuda/gemm.h"
@@ -330,6 +331,20 @@ void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bi
   make_current();
   const LinearDims d = check_linear("linear", x, weight, DType::BF16, bias, out);
   gemm_->run(bf16(x), bf16(weight), bias.empty() ? nullptr : bf16(bias), out.data, out.dtype, d.m, d.n, d.k, stream_);
+}
+
+void CudaBackend::tune_linear(const Tensor& weight, DType out_dtype) {
+  make_current();
+  require_dtype(weight, DType::BF16, "tune_linear", "weight");
+  require(weight.ndim == 2, "tune_linear", "weight must be [N, K], not " + weight.shape_string());
+  require(out_dtype == DType::BF16 || out_dtype == DType::F32, "tune_linear", "out_dtype must be BF16 or F32");
+  if (weight.bytes() < 2 * static_cast<size_t>(props_.l2CacheSize)) return;
+  const int64_t n = weight.dim(0), k = weight.dim(1), rows = cuda::kGemvMaxTokens;
+  Buffer x = allocate(static_cast<size_t>(rows * k) * sizeof(__nv_bfloat16));
+  Buffer out = allocate(static_cast<size_t>(rows * n) * dtype_size(out_dtype));
+  NANOVLLM_CUDA_CHECK(cudaMemsetAsync(x.data(), 0, x.bytes(), stream_));
+  gemm_->measure_small_row_paths(bf16(weight), out_dtype, static_cast<int>(n), static_cast<int>(k),
+                                 static_cast<const __nv_bfloat16*>(x.data()), out.data(), stream_);
 }
 
 void CudaBackend::reserve_fp8_linear(int64_t n, int64_t k) {
@@ -763,31 +778,10 @@ double CudaBackend::measure_read_bandwidth_gbs(size_t bytes) {
   const int blocks = props_.multiProcessorCount * 4;
   Buffer sink = allocate(static_cast<size_t>(blocks) * sizeof(unsigned));
   NANOVLLM_CUDA_CHECK(cudaMemsetAsync(data.data(), 0x5a, bytes, stream_));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  NANOVLLM_CUDA_CHECK(cudaEventCreate(&start));
-  NANOVLLM_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  try {
-    for (int i = 0; i < 3; ++i)
-      cuda::launch_read_only(data.data(), bytes, static_cast<unsigned*>(sink.data()), blocks, stream_);
-    for (int i = 0; i < 15; ++i) {
-      NANOVLLM_CUDA_CHECK(cudaEventRecord(start, stream_));
-      cuda::launch_read_only(data.data(), bytes, static_cast<unsigned*>(sink.data()), blocks, stream_);
-      NANOVLLM_CUDA_CHECK(cudaEventRecord(stop, stream_));
-      NANOVLLM_CUDA_CHECK(cudaEventSynchronize(stop));
-      float t = 0.0f;
-      NANOVLLM_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-      ms.push_back(t);
-    }
-  } catch (...) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    throw;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  const double seconds = ms[ms.size() / 2] * 1e-3;
+  const float ms = cuda::median_call_ms(
+      [&] { cuda::launch_read_only(data.data(), bytes, static_cast<unsigned*>(sink.data()), blocks, stream_); },
+      stream_, 3, 15);
+  const double seconds = ms * 1e-3;
   return static_cast<double>(bytes) / seconds / 1e9;
 }
 

@@ -78,6 +78,9 @@ class CudaBackend final : public Backend {
                   Tensor& out) override;
   bool supports_fp8_weights() const override { return true; }
   void reserve_fp8_linear(int64_t n, int64_t k) override;
+  // Weights of at least twice the L2 cache: the GEMV against cuBLASLt at 1-16 rows (Gemm::measure_small_row_paths);
+  // a smaller weight would be timed from the L2 cache, not as a decode step reads it.
+  void tune_linear(const Tensor& weight, DType out_dtype) override;
   // Scales whose rows cuBLASLt wants padded (ceil(K / 128) % 4 != 0) get a padded copy here, used by the
   // block-scaled path; a scale tensor linear_fp8 meets without one takes the dequantise path.
   void prepare_fp8_linear(const Tensor& weight, const Tensor& block_scale) override;

@@ -5,6 +5,7 @@
 #include <bit>
 #include <string>
 
+#include "backend/cuda/call_timing.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
@@ -15,6 +16,10 @@ namespace {
 int bucket_of(int m) { return m <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(m))); }
 
 cudaDataType_t cuda_type(DType t) { return t == DType::F32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+// The row counts measure_small_row_paths times: index i is 2^i rows.
+constexpr std::array<int, 5> kMeasuredRows{1, 2, 4, 8, 16};
+static_assert(kMeasuredRows.back() == kGemvMaxTokens);
 
 }  // namespace
 
@@ -107,8 +112,37 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Plan& plan, const ShapeK
 void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
                DType out_dtype, int m, int n, int k, cudaStream_t stream) {
   const GemvArgs gemv{x, weight, bias, out, out_dtype, m, n, k};
-  if (gemv_supports(gemv)) return launch_gemv(gemv, sm_count_, stream);
+  if (gemv_supports(gemv) && !measured_cublas_faster(m, n, k, out_dtype, bias != nullptr))
+    return launch_gemv(gemv, sm_count_, stream);
   run_cublaslt(x, weight, bias, out, out_dtype, m, n, k, stream);
+}
+
+bool Gemm::measured_cublas_faster(int m, int n, int k, DType out_dtype, bool bias) const {
+  if (bias || m < 1 || m > kGemvMaxTokens) return false;
+  const auto it = cublas_at_small_rows_.find({n, k, out_dtype});
+  return it != cublas_at_small_rows_.end() &&
+         it->second[static_cast<size_t>(std::bit_width(static_cast<unsigned>(bucket_of(m))) - 1)];
+}
+
+void Gemm::measure_small_row_paths(const __nv_bfloat16* weight, DType out_dtype, int n, int k,
+                                   const __nv_bfloat16* x_scratch, void* out_scratch, cudaStream_t stream) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  NANOVLLM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone)
+    throw EngineError("Gemm::measure_small_row_paths: called while the stream is being captured");
+  constexpr int kTimedCalls = 5;
+  std::array<bool, kMeasuredRows.size()> cublas{};
+  for (size_t i = 0; i < kMeasuredRows.size(); ++i) {
+    const int m = kMeasuredRows[i];
+    const GemvArgs gemv{x_scratch, weight, nullptr, out_scratch, out_dtype, m, n, k};
+    if (!gemv_supports(gemv)) return;  // run() never sends this shape to the GEMV
+    const float gemv_ms = median_call_ms([&] { launch_gemv(gemv, sm_count_, stream); }, stream, 1, kTimedCalls);
+    const float cublas_ms =
+        median_call_ms([&] { run_cublaslt(x_scratch, weight, nullptr, out_scratch, out_dtype, m, n, k, stream); },
+                       stream, 1, kTimedCalls);
+    cublas[i] = cublas_ms < gemv_ms * (1.0 - kCublasMargin);
+  }
+  cublas_at_small_rows_[{n, k, out_dtype}] = cublas;
 }
 
 Gemm::Plan& Gemm::plan_for(const ShapeKey& key) {

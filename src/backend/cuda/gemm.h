@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -31,6 +32,17 @@ class Gemm {
   // Small M goes to the GEMV, the rest to cuBLASLt.
   void run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out, DType out_dtype,
            int m, int n, int k, cudaStream_t stream);
+  // Times the GEMV against cuBLASLt on this weight (no bias, out_dtype out) at 1, 2, 4, 8 and 16 rows; run() then
+  // takes cuBLASLt for this shape at the row counts (rounded up to those) where it was faster by more than
+  // kCublasMargin. For the few weights whose faster path differs by GPU (the lm_head: the GEMV won on an H100,
+  // cuBLASLt on an H200). x_scratch: [16, k] bf16, out_scratch: [16, n] of out_dtype, both only written to or
+  // read for timing. Synchronises the stream; must not be called while it captures.
+  void measure_small_row_paths(const __nv_bfloat16* weight, DType out_dtype, int n, int k,
+                               const __nv_bfloat16* x_scratch, void* out_scratch, cudaStream_t stream);
+  static constexpr double kCublasMargin = 0.05;
+  // Whether run() sends m rows of this shape to cuBLASLt though the GEMV could take them (measured above).
+  bool measured_cublas_faster(int m, int n, int k, DType out_dtype, bool bias) const;
+
   // Always cuBLASLt (the benchmark compares the two paths).
   void run_cublaslt(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
                     DType out_dtype, int m, int n, int k, cudaStream_t stream);
@@ -73,6 +85,8 @@ class Gemm {
   size_t workspace_bytes_;
   std::map<ShapeKey, cublasLtMatmulAlgo_t> algo_by_bucket_;
   std::map<ShapeKey, Plan> plans_;
+  // Per (n, k, out dtype) measured: cuBLASLt faster at 1, 2, 4, 8, 16 rows.
+  std::map<std::tuple<int, int, DType>, std::array<bool, 5>> cublas_at_small_rows_;
 };
 
 }  // namespace nanovllm::cuda

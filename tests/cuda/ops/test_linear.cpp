@@ -59,5 +59,24 @@ INSTANTIATE_TEST_SUITE_P(Qwen3Shapes, LinearTest, ::testing::ValuesIn(linear_cas
                            return std::string(info.param.name) + "_M" + std::to_string(info.param.m);
                          });
 
+// tune_linear on a weight of the lm_head's size: whichever kernel it keeps for each row count (the GEMV or
+// cuBLASLt, by timing), linear's results at 1-16 rows stay within the lm_head's bound against the CPU.
+TEST_F(CudaOpsTest, TunedLinearMatchesCpuAtEveryRowCount) {
+  const int n = 151936, k = 1024;
+  const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
+  const Tensor gw = gpu_bf16(w, {n, k});
+  gpu().tune_linear(gw, DType::F32);
+  const Tensor cw = cpu_f32(w, {n, k});
+  for (int m : {1, 2, 3, 8, 11, 16}) {
+    const auto x = random_bf16_values(rng_, int64_t{m} * k);
+    Tensor out = gpu_empty(DType::F32, {m, n});
+    gpu().linear(gpu_bf16(x, {m, k}), gw, Tensor(), out);
+    Tensor cpu_out = cpu_empty(DType::F32, {m, n});
+    cpu().linear(cpu_f32(x, {m, k}), cw, Tensor(), cpu_out);
+    expect_rel_l2(read_gpu(out), read_cpu(cpu_out), 1e-4, "tuned lm_head M=" + std::to_string(m));
+  }
+  EXPECT_THROW(gpu().tune_linear(gpu_empty(DType::F32, {4, 8}), DType::F32), EngineError);
+}
+
 }  // namespace
 }  // namespace nanovllm::test
