@@ -4,6 +4,7 @@
 // too), as the GPU's cvt with .satfinite does, so that the CPU reference and the CUDA kernels write the same
 // codes for the same fp32 value; NaN becomes the NaN code.
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -37,23 +38,20 @@ inline const std::array<float, 256>& fp8_e4m3_values() {
 
 inline uint8_t float_to_fp8_e4m3(float x) {
   if (std::isnan(x)) return 0x7f;
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  const float a = std::fabs(x);
-  if (a >= kFp8E4m3Max) return sign | 0x7e;  // 448 and beyond (nothing rounds past 448 but saturates to it)
-  if (a < 0x1p-6f) {
-    // Subnormal range, steps of 2^-9; a result of 8 steps is the smallest normal (code 0x08) and needs no
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude >= 0x43e00000u) return sign | 0x7e;  // 448 and beyond (infinity too) saturate to 448
+  if (magnitude < 0x3c800000u) {
+    // Below 2^-6: subnormal steps of 2^-9; a result of 8 steps is the smallest normal (code 0x08) and needs no
     // special case. Scaling by a power of two is exact, so nearbyint's ties-to-even is the format's.
-    return sign | static_cast<uint8_t>(std::nearbyint(a * 0x1p9f));
+    return sign | static_cast<uint8_t>(std::nearbyint(std::bit_cast<float>(magnitude) * 0x1p9f));
   }
-  int exponent = 0;
-  const float fraction = std::frexp(a, &exponent);                 // a = fraction * 2^exponent, fraction in [0.5, 1)
-  int steps = static_cast<int>(std::nearbyint(fraction * 16.0f));  // 1.mmm * 8, in [8, 16]
-  int biased = exponent - 1 + 7;
-  if (steps == 16) {  // rounded up into the next binade
-    steps = 8;
-    ++biased;
-  }
-  return sign | static_cast<uint8_t>(biased << 3) | static_cast<uint8_t>(steps - 8);
+  // Normal: the fp32 exponent and the top 3 mantissa bits, the 20 dropped bits rounded to nearest, ties to even
+  // (a carry out of the mantissa steps into the next binade, which is the next code), the exponent rebiased
+  // from 127 to 7. Integer work only: the loaders quantise billions of weights with it.
+  const uint32_t rounded = magnitude + 0x7ffffu + ((magnitude >> 20) & 1u);
+  return sign | static_cast<uint8_t>((rounded >> 20) - ((127u - 7u) << 3));
 }
 
 }  // namespace nanovllm

@@ -90,6 +90,15 @@ TEST(Fp8E4m3, RoundsToNearestEvenAtEveryMidpoint) {
   }
 }
 
+// The encoder works on the fp32 bits; a sweep of the bit patterns from 0 to past 512 (every 1009th, so every
+// binade and the subnormal range are crossed at many offsets), both signs, against the search.
+TEST(Fp8E4m3, MatchesTheSearchAcrossTheBitPatterns) {
+  for (uint32_t bits = 0; bits < 0x44000000u; bits += 1009) {
+    const float v = std::bit_cast<float>(bits);
+    for (float x : {v, -v}) ASSERT_EQ(float_to_fp8_e4m3(x), nearest_code(x)) << x << " (bits " << bits << ")";
+  }
+}
+
 TEST(Fp8E4m3, SaturatesAndKeepsNan) {
   for (float x : {448.0f, 463.9f, 464.0f, 1e6f, std::numeric_limits<float>::infinity()}) {
     EXPECT_EQ(float_to_fp8_e4m3(x), 0x7e) << x;
