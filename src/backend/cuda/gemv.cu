@@ -200,18 +200,18 @@ int row_groups_for(int tokens, int n, int sm_count) {
 }
 
 // Warps a CTA: one per kUnroll steps of k, at most kMaxWarps, so that a CTA's weights are in flight at once. But a
-// grid of one-row-group CTAs (8 rows each) several waves deep runs better as smaller CTAs that share an SM: the
-// kernel's registers (80 bf16, 128 FP8 at T <= 2) leave room for one 16-warp CTA an SM, so each wave's tail and the
-// next CTAs' first loads were not overlapped. There the k steps go to balanced rounds of at most 4 warps (FP8) or
-// 8 (bf16). Measured on an H100, Qwen3-8B at T = 1 (µs, 16 warps -> capped): FP8 qkv 12.5 -> 12.3, o_proj 9.6 ->
-// 8.6, gate_up 37.2 -> 36.8, down 26.7 -> 20.8; bf16 qkv 21.0 -> 19.1, o_proj 15.1 -> 13.9, gate_up 70.8 -> 69.7,
-// down 38.6 -> 38.8. A one-wave grid (Qwen3-0.6B's o_proj and down: 128 CTAs) lost by the same change (FP8 down
-// 3.6 -> 4.5), and so did, it seems, a grid of many waves, whose tails are already amortised (Qwen3-8B's lm_head,
-// 144 waves: 427 µs capped, 410-411 not, in separate calls whose cuBLASLt reference agreed within 0.3%): both keep
-// their warps.
-int warps_for(bool fp8, int warp_steps, int row_groups, int ctas, int sm_count) {
+// grid several waves deep runs better as smaller CTAs that share an SM: the kernel's registers leave room for one
+// 16-warp CTA an SM, so each wave's tail and the next CTAs' first loads were not overlapped. There the k steps go
+// to balanced rounds of at most 4 warps (FP8) or 8 (bf16). Measured on an H100, Qwen3-8B at T = 1 (µs, 16 warps
+// -> capped): FP8 qkv 12.5 -> 12.3, o_proj 9.6 -> 8.6, gate_up 37.2 -> 36.8, down 26.7 -> 20.8; bf16 qkv 21.0 ->
+// 19.1, o_proj 15.1 -> 13.9, gate_up 70.8 -> 69.7, down 38.6 -> 38.8. On an H200 with 2 and 4 row groups (T = 3
+// to 16): FP8 gate_up at T = 4 41.5 -> 33.6, qkv 12.3 -> 11.5; bf16 gate_up at T = 16 57.4 -> 54.6. A one-wave
+// grid (Qwen3-0.6B's o_proj and down: 128 CTAs) lost by the same change (FP8 down 3.6 -> 4.5), and so did, it
+// seems, a grid of many waves, whose tails are already amortised (Qwen3-8B's lm_head, 144 waves: 427 µs capped,
+// 410-411 not, in separate calls whose cuBLASLt reference agreed within 0.3%): both keep their warps.
+int warps_for(bool fp8, int warp_steps, int ctas, int sm_count) {
   const int warps = std::clamp(warp_steps, 1, kMaxWarps);
-  if (row_groups != 1 || ctas < 2 * sm_count || ctas > 32 * sm_count) return warps;
+  if (ctas < 2 * sm_count || ctas > 32 * sm_count) return warps;
   const int cap = fp8 ? 4 : 8;
   const int rounds = (warp_steps + cap - 1) / cap;
   return std::clamp((warp_steps + rounds - 1) / rounds, 1, kMaxWarps);
@@ -224,7 +224,7 @@ void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   const int steps = (a.k + step_k(fp8) - 1) / step_k(fp8);
   const int rows_per_cta = kRowsPerGroup * kRowGroups;
   const int ctas = (a.n + rows_per_cta - 1) / rows_per_cta;
-  const int warps = warps_for(fp8, (steps + unroll - 1) / unroll, kRowGroups, ctas, sm_count);
+  const int warps = warps_for(fp8, (steps + unroll - 1) / unroll, ctas, sm_count);
   const dim3 grid(static_cast<unsigned>(ctas));
   const dim3 block(static_cast<unsigned>(warps * 32));
   const void* weight = fp8 ? static_cast<const void*>(a.weight_fp8) : static_cast<const void*>(a.weight);

@@ -85,6 +85,7 @@ std::vector<GemvShape> gemv_shapes() {
     for (int k : {8, 200}) shapes.push_back({n, k});
   }
   shapes.push_back({4100, 1032});  // 4 row groups per warp (T >= 9), last CTA partly past N
+  shapes.push_back({9000, 1032});  // 2 and 4 row groups in grids of 2+ waves: warps capped, CTAs share SMs
   return shapes;
 }
 

@@ -67,9 +67,12 @@ std::vector<Fp8LinearCase> fp8_linear_cases() {
     int n, k;
   };
   // many_rounds: a grid of over two waves at T <= 2 (the GEMV's small CTAs, k over three rounds of warps), its k
-  // ending inside a scale block.
-  const Shape shapes[] = {
-      {"qkv", 4096, 1024}, {"down", 1024, 3072}, {"partial_blocks", 200, 304}, {"many_rounds", 2304, 4880}};
+  // ending inside a scale block. capped_groups: the same with 2 and 4 row groups (T = 5, 16), k inside a block.
+  const Shape shapes[] = {{"qkv", 4096, 1024},
+                          {"down", 1024, 3072},
+                          {"partial_blocks", 200, 304},
+                          {"many_rounds", 2304, 4880},
+                          {"capped_groups", 8704, 2064}};
   for (const Shape& s : shapes) {
     for (int m : {1, 5, 16, 17, 129}) cases.push_back({s.name, m, s.n, s.k, false, DType::BF16});
   }
