@@ -465,8 +465,9 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
       last_fp8_linear_path_ = Fp8LinearPath::kBlockScaled;
       return;
     }
-    // Once per weight shape: a run that meant to take the block-scaled path says where it did not.
-    if (fp8_fallback_shapes_.emplace(d.n, d.k).second)
+    // Once per weight shape, where the block-scaled path was asked for by name (a run that measures it): where
+    // it was not taken. Under kAuto a fallback (a bias, an odd shape) is an ordinary choice, made silently.
+    if (fp8_gemm_path_ == Fp8LinearPath::kBlockScaled && fp8_fallback_shapes_.emplace(d.n, d.k).second)
       std::fprintf(stderr, "nanovllm: block-scaled FP8 GEMM not taken for N=%d K=%d (first at M=%d): dequantising\n",
                    d.n, d.k, d.m);
   }

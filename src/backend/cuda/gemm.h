@@ -3,7 +3,8 @@
 // fp32 output. Row-major out is column-major out^T = W^T(col-major view of W) · x^T, so cuBLASLt sees
 // A = W (transposed), B = x, m = N, n = M, k = K. The algorithm is chosen by cublasLtMatmulAlgoGetHeuristic
 // once per shape bucket (M rounded up to a power of two) and cached; descriptors are cached per exact shape.
-// Skinny calls (M <= kGemvMaxTokens, gemv.h) go to the weight-streaming GEMV instead (docs/kernels/gemv.md).
+// Skinny calls (M <= kGemvMaxTokens, gemv.h) go to the weight-streaming GEMV instead (docs/kernels/gemv.md),
+// unless measure_small_row_paths found cuBLASLt faster for that shape.
 // No allocation happens per call (the workspace is allocated once), so calls may be graph-captured.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -29,7 +30,7 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   // bias may be null. out_dtype is BF16 or F32. Pointers must be 16-byte aligned and K, N multiples of 8.
-  // Small M goes to the GEMV, the rest to cuBLASLt.
+  // Small M goes to the GEMV (unless measured slower), the rest to cuBLASLt.
   void run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out, DType out_dtype,
            int m, int n, int k, cudaStream_t stream);
   // Times the GEMV against cuBLASLt on this weight (no bias, out_dtype out) at 1, 2, 4, 8 and 16 rows; run() then

@@ -12,8 +12,9 @@
 
 namespace nanovllm::cuda {
 
-// Gemm::run sends calls with M (tokens) up to this to the GEMV; above it cuBLASLt is used. The kernel's
-// cost does not grow with T up to 16 (the token dimension is the mma's M = 16).
+// Gemm::run sends calls with M (tokens) up to this to the GEMV (except shapes it measured faster on cuBLASLt);
+// above it cuBLASLt is used. The kernel's cost does not grow with T up to 16 (the token dimension is the mma's
+// M = 16).
 inline constexpr int kGemvMaxTokens = 16;
 
 struct GemvArgs {
