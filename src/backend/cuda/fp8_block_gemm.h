@@ -16,14 +16,12 @@
 //                  at [i * round_up(ceil(K / 128), 4) + j]. Qwen's [ceil(N / 128), ceil(K / 128)] row-major
 //                  scales are this layout as stored whenever ceil(K / 128) % 4 == 0 (every Qwen3 projection);
 //                  otherwise a padded copy is made once at load (CudaBackend::prepare_fp8_linear).
-// Sources: the scale-tensor sizes NVIDIA's CUDALibrarySamples (cuBLASLt/Common/helpers.h, getScaleTensorSize:
-// VEC128 = ceil(inner / 128) * outer, BLK128x128 = round_up(ceil(inner / 128), 4) * ceil(outer / 128)) allocates
-// for its LtBlk128x128Fp8Matmul sample; PyTorch's _scaled_mm checks of the same modes (1x128 scales of a
-// [rows, K] operand: shape [rows, ceil(K / 128)], strides (1, rows); 128x128: shape [ceil(rows / 128),
-// ceil(K / 128)], strides (round_up(ceil(K / 128), 4), 1)); the allowed pairings from TransformerEngine's
-// block-scaled GEMM checks. The cuBLAS guide's "scaling factors layouts" section describes them; the GPU tests
-// (tests/cuda/ops/test_fp8_block_gemm.cpp: odd M, K ending inside a group, ceil(K / 128) not a multiple of 4)
-// are what pins them.
+// Where the layouts come from: the scale-tensor sizes of NVIDIA's public cuBLASLt samples, PyTorch's _scaled_mm
+// checks of the same modes and the cuBLAS guide's "scaling factors layouts" section; an H200 (cuBLASLt 13.1)
+// confirmed them: the GPU tests (tests/cuda/ops/test_fp8_block_gemm.cpp: odd M, K ending inside a group,
+// ceil(K / 128) not a multiple of 4) match the CPU's W8A8 math, and a probe of every mode pairing found the three
+// above and no 2D x 2D kernel. The same probe found that cuBLASLt lists no kernel while the scale pointers are
+// unset (the plan sets placeholders) and none for M not a multiple of 4 (the caller takes the rest elsewhere).
 //
 // Alignment: codes 16-byte aligned with K % 16 == 0, scales 16-byte aligned, out as cuBLASLt's heuristic accepts
 // (the preference names the alignment out actually has). As in Gemm, the algorithm is chosen once per shape
