@@ -37,6 +37,7 @@
 #include <optional>
 #include <tuple>
 
+#include "backend/cuda/cublaslt_plan.h"
 #include "common/fp8.h"
 
 namespace nanovllm::cuda {
@@ -77,10 +78,7 @@ class Fp8BlockGemm {
       return std::tie(m, n, k, bias, out_alignment) < std::tie(o.m, o.n, o.k, o.bias, o.out_alignment);
     }
   };
-  struct Plan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulAlgo_t algo{};
+  struct Plan : CublasLtPlan {
     bool modes_set = false;  // cuBLASLt took the scale modes
     bool supported = false;
   };
@@ -90,7 +88,6 @@ class Fp8BlockGemm {
   Plan create_plan(const ShapeKey& key);
   // The heuristic's first algorithm for the plan's shape; false when it lists none.
   bool heuristic(const Plan& plan, const ShapeKey& key, cublasLtMatmulAlgo_t& algo);
-  static void destroy(Plan& plan);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_;

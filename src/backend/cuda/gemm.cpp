@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/call_timing.h"
 #include "backend/cuda/cuda_check.h"
@@ -12,8 +13,6 @@
 
 namespace nanovllm::cuda {
 namespace {
-
-int bucket_of(int m) { return m <= 1 ? 1 : static_cast<int>(std::bit_ceil(static_cast<unsigned>(m))); }
 
 cudaDataType_t cuda_type(DType t) { return t == DType::F32 ? CUDA_R_32F : CUDA_R_16BF; }
 
@@ -31,81 +30,42 @@ Gemm::Gemm(void* workspace, size_t workspace_bytes) : workspace_(workspace), wor
 }
 
 Gemm::~Gemm() {
-  for (auto& [key, plan] : plans_) destroy(plan);
+  plans_.clear();  // the descriptors before the handle
   cublasLtDestroy(handle_);
 }
 
-void Gemm::destroy(Plan& plan) {
-  if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
-  if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
-  if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
-  if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
-  plan = Plan{};
-}
-
 Gemm::Plan Gemm::create_plan(const ShapeKey& key) {
-  Plan plan;
-  try {
-    NANOVLLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  Plan plan;  // its descriptors are released if a call below throws
+  NANOVLLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  NANOVLLM_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+  NANOVLLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
+  if (key.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = CUDA_R_16BF;
     NANOVLLM_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
-    NANOVLLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
-    if (key.bias) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      const cudaDataType_t bias_type = CUDA_R_16BF;
-      NANOVLLM_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-      NANOVLLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                           sizeof(bias_type)));
-    }
-    // A = W as column-major [K, N] (op T), B = x as column-major [K, M], C = out as column-major [N, M].
-    NANOVLLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, key.k, key.n, key.k));
-    NANOVLLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, key.k, key.m, key.k));
-    NANOVLLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, cuda_type(key.out), key.n, key.m, key.n));
-  } catch (...) {
-    destroy(plan);
-    throw;
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    NANOVLLM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
   }
+  // A = W as column-major [K, N] (op T), B = x as column-major [K, M], C = out as column-major [N, M].
+  NANOVLLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, key.k, key.n, key.k));
+  NANOVLLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, key.k, key.m, key.k));
+  NANOVLLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, cuda_type(key.out), key.n, key.m, key.n));
   return plan;
 }
 
 std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Plan& plan, const ShapeKey& key, int max_count) {
-  cublasLtMatmulPreference_t preference = nullptr;
-  NANOVLLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max_count));
-  int found = 0;
-  const cublasStatus_t status = [&] {
-    cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                            &workspace_bytes_, sizeof(workspace_bytes_));
-    // Row slices of activations are only guaranteed 16-byte aligned (K is a multiple of 8). Output rows are
-    // N elements apart, so an odd vocabulary (N % 8 != 0) leaves them only 2- or 4-byte aligned.
-    const uint32_t ab_alignment = 16;
-    const uint32_t row_bytes = static_cast<uint32_t>(key.n) * (key.out == DType::F32 ? 4u : 2u);
-    const uint32_t cd_alignment =
-        std::min<uint32_t>(16u, row_bytes & (~row_bytes + 1u));  // largest power of 2 dividing
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES}) {
-      if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(preference, attr, &ab_alignment, sizeof(ab_alignment));
-    }
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-      if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(preference, attr, &cd_alignment, sizeof(cd_alignment));
-    }
-    if (s == CUBLAS_STATUS_SUCCESS) {
-      s = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, max_count,
-                                         results.data(), &found);
-    }
-    return s;
-  }();
-  cublasLtMatmulPreferenceDestroy(preference);
-  NANOVLLM_CUBLAS_CHECK(status);
-  if (found == 0) {
+  // Output rows are N elements apart, so an odd vocabulary (N % 8 != 0) leaves them only 2- or 4-byte aligned.
+  const uint32_t row_bytes = static_cast<uint32_t>(key.n) * (key.out == DType::F32 ? 4u : 2u);
+  const uint32_t cd_alignment = std::min<uint32_t>(16u, row_bytes & (~row_bytes + 1u));  // largest power of 2 dividing
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  NANOVLLM_CUBLAS_CHECK(list_algorithms(handle_, plan, workspace_bytes_, cd_alignment, max_count, algos));
+  if (algos.empty()) {
     throw EngineError("cuBLASLt has no algorithm for linear M=" + std::to_string(key.m) +
                       " N=" + std::to_string(key.n) + " K=" + std::to_string(key.k));
   }
-  std::vector<cublasLtMatmulAlgo_t> algos;
-  for (int i = 0; i < found; ++i) algos.push_back(results[static_cast<size_t>(i)].algo);
   return algos;
 }
 
@@ -121,7 +81,7 @@ bool Gemm::measured_cublas_faster(int m, int n, int k, DType out_dtype, bool bia
   if (bias || m < 1 || m > kGemvMaxTokens) return false;
   const auto it = cublas_at_small_rows_.find({n, k, out_dtype});
   return it != cublas_at_small_rows_.end() &&
-         it->second[static_cast<size_t>(std::bit_width(static_cast<unsigned>(bucket_of(m))) - 1)];
+         it->second[static_cast<size_t>(std::bit_width(static_cast<unsigned>(gemm_row_bucket(m))) - 1)];
 }
 
 void Gemm::measure_small_row_paths(const __nv_bfloat16* weight, DType out_dtype, int n, int k,
@@ -130,12 +90,13 @@ void Gemm::measure_small_row_paths(const __nv_bfloat16* weight, DType out_dtype,
   NANOVLLM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
   if (capturing != cudaStreamCaptureStatusNone)
     throw EngineError("Gemm::measure_small_row_paths: called while the stream is being captured");
+  // Whether the GEMV takes the shape does not depend on the row count (1-16): run() never sends it there if not.
+  if (!gemv_supports(GemvArgs{x_scratch, weight, nullptr, out_scratch, out_dtype, 1, n, k})) return;
   constexpr int kTimedCalls = 5;
   std::array<bool, kMeasuredRows.size()> cublas{};
   for (size_t i = 0; i < kMeasuredRows.size(); ++i) {
     const int m = kMeasuredRows[i];
     const GemvArgs gemv{x_scratch, weight, nullptr, out_scratch, out_dtype, m, n, k};
-    if (!gemv_supports(gemv)) return;  // run() never sends this shape to the GEMV
     const float gemv_ms = median_call_ms([&] { launch_gemv(gemv, sm_count_, stream); }, stream, 1, kTimedCalls);
     const float cublas_ms =
         median_call_ms([&] { run_cublaslt(x_scratch, weight, nullptr, out_scratch, out_dtype, m, n, k, stream); },
@@ -149,25 +110,15 @@ Gemm::Plan& Gemm::plan_for(const ShapeKey& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan plan = create_plan(key);
-  try {
-    const ShapeKey bucket{bucket_of(key.m), key.n, key.k, key.out, key.bias};
-    auto algo = algo_by_bucket_.find(bucket);
-    if (algo == algo_by_bucket_.end()) {
-      Plan bucket_plan = bucket.m == key.m ? Plan{} : create_plan(bucket);
-      try {
-        algo = algo_by_bucket_.emplace(bucket, choose_algo(bucket.m == key.m ? plan : bucket_plan, bucket)).first;
-      } catch (...) {
-        destroy(bucket_plan);
-        throw;
-      }
-      destroy(bucket_plan);
-    }
-    plan.algo = algo->second;
-  } catch (...) {
-    destroy(plan);
-    throw;
+  const ShapeKey bucket{gemm_row_bucket(key.m), key.n, key.k, key.out, key.bias};
+  auto algo = algo_by_bucket_.find(bucket);
+  if (algo == algo_by_bucket_.end()) {
+    const cublasLtMatmulAlgo_t chosen =
+        bucket.m == key.m ? choose_algo(plan, bucket) : choose_algo(create_plan(bucket), bucket);
+    algo = algo_by_bucket_.emplace(bucket, chosen).first;
   }
-  return plans_.emplace(key, plan).first->second;
+  plan.algo = algo->second;
+  return plans_.emplace(key, std::move(plan)).first->second;
 }
 
 void Gemm::run_cublaslt(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,

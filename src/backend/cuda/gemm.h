@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/cublaslt_plan.h"
 #include "common/dtype.h"
 
 namespace nanovllm::cuda {
@@ -64,11 +65,7 @@ class Gemm {
       return std::tie(m, n, k, out, bias) < std::tie(o.m, o.n, o.k, o.out, o.bias);
     }
   };
-  struct Plan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-  };
+  using Plan = CublasLtPlan;
 
   Plan create_plan(const ShapeKey& key);
   // The exact shape's cached plan, created (with its bucket's algorithm) on first use.
@@ -78,7 +75,6 @@ class Gemm {
   cublasLtMatmulAlgo_t choose_algo(const Plan& plan_of_bucket, const ShapeKey& bucket) {
     return heuristic(plan_of_bucket, bucket, 1).front();
   }
-  static void destroy(Plan& plan);
 
   cublasLtHandle_t handle_ = nullptr;
   int sm_count_ = 1;  // of the current device at construction; sizes the GEMV's grid
