@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/host_device.h"
+
 namespace nanovllm {
 
 constexpr float kFp8E4m3Max = 448.0f;
@@ -16,6 +18,12 @@ constexpr float kFp8E4m3Max = 448.0f;
 constexpr int64_t kFp8BlockSize = 128;
 // The scale blocks along a dimension of `size` elements: ceil(size / kFp8BlockSize).
 constexpr int64_t fp8_blocks(int64_t size) { return (size + kFp8BlockSize - 1) / kFp8BlockSize; }
+
+// The scale of a block of values (a weight's 128 x 128 block, an activation's 128-wide group) from its largest
+// magnitude: amax / 448, so that the largest becomes the code 448; 1 for a block of zeros (its codes are 0 whatever
+// the scale). IEEE division on host and device (nvcc divides by IEEE rules unless fast math is on, which this
+// project never sets), so the CPU references and the CUDA kernels agree bit for bit.
+NANOVLLM_HOST_DEVICE float fp8_scale_for_amax(float amax) { return amax > 0.0f ? amax / kFp8E4m3Max : 1.0f; }
 
 inline float fp8_e4m3_to_float(uint8_t code) {
   const float sign = (code & 0x80u) != 0 ? -1.0f : 1.0f;

@@ -26,7 +26,7 @@ void quantize_blocks(Fp8Matrix& m, const Value& value) {
       float amax = 0.0f;
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(value(r * m.cols + c)));
-      const float scale = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f;
+      const float scale = fp8_scale_for_amax(amax);
       m.scales[static_cast<size_t>(br * block_cols + bc)] = scale;
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t c = c0; c < c1; ++c)

@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int offset = kLanesPerGroup / 2; offset > 0; offset >>= 1)
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
   if (!active) return;
-  const float scale = fp8_group_scale(amax);
+  const float scale = fp8_scale_for_amax(amax);
 #pragma unroll
   for (int i = 0; i < 8; ++i) f[i] = __fdiv_rn(f[i], scale);  // division, as the reference: bit-exact codes
   *reinterpret_cast<uint2*>(codes + at) = fp8x8_from_float(f);
