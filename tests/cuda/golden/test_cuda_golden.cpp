@@ -271,6 +271,14 @@ TEST_P(CudaGoldenTest, Fp8KvCacheMatchesTransformersWithinFp8Tolerance) {
 //   measured mean 0.1675, max 0.678 (the FP8 cache: 0.147-0.150, 0.57-0.64), as W8A8 rounds the inputs of q, k,
 //   v and the MLP where the cache rounds k and v alone. The bound is mean 0.2, max 0.8.
 // Only checkpoints whose linears cut into 128-row scale blocks quantise (head_dim 128; the 0.6B shape).
+// NANOVLLM_FP8_GEMM set for as long as it lives (each CUDA backend reads it once, as it is made).
+struct Fp8GemmSetting {
+  explicit Fp8GemmSetting(const char* value) { setenv("NANOVLLM_FP8_GEMM", value, 1); }
+  ~Fp8GemmSetting() { unsetenv("NANOVLLM_FP8_GEMM"); }
+  Fp8GemmSetting(const Fp8GemmSetting&) = delete;
+  Fp8GemmSetting& operator=(const Fp8GemmSetting&) = delete;
+};
+
 TEST_P(CudaGoldenTest, Fp8WeightsMatchTheCpuFp8Reference) {
   if (GetParam() != "qwen3_0_6b_shape") GTEST_SKIP() << "its linears do not cut into 128-row blocks";
   SamplingParams sp;
@@ -290,19 +298,14 @@ TEST_P(CudaGoldenTest, Fp8WeightsMatchTheCpuFp8Reference) {
   for (const RequestOutput& out : cpu_out) ASSERT_TRUE(out.error.empty()) << out.error;
 
   struct Run {
-    const char* fp8_gemm;  // NANOVLLM_FP8_GEMM while the engine is made (each backend reads it once)
+    const char* fp8_gemm;  // NANOVLLM_FP8_GEMM while the engine is made
     double max_tolerance, mean_tolerance;
   };
   for (const Run& run : {Run{"dequant", kMaxTolerance, kMeanTolerance}, Run{"auto", 0.8, 0.2}}) {
-    setenv("NANOVLLM_FP8_GEMM", run.fp8_gemm, 1);
-    std::vector<RequestOutput> gpu_out;
-    try {
-      gpu_out = LLM(gpu_config).generate(prompts, sp);
-    } catch (...) {
-      unsetenv("NANOVLLM_FP8_GEMM");
-      throw;
-    }
-    unsetenv("NANOVLLM_FP8_GEMM");
+    const std::vector<RequestOutput> gpu_out = [&] {
+      const Fp8GemmSetting setting(run.fp8_gemm);
+      return LLM(gpu_config).generate(prompts, sp);
+    }();
     double sum = 0, worst = 0;
     long count = 0, agreed = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {

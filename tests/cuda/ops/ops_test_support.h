@@ -37,6 +37,24 @@ inline std::vector<float> random_bf16_values(std::mt19937& rng, int64_t n, float
   return v;
 }
 
+// Random finite E4M3 codes of both signs (never the NaN code): FP8 weights' codes.
+inline std::vector<uint8_t> random_fp8_codes(std::mt19937& rng, int64_t n) {
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  for (auto& c : codes) {
+    c = static_cast<uint8_t>(rng());
+    if ((c & 0x7f) == 0x7f) c ^= 1;
+  }
+  return codes;
+}
+
+// Block scales of 1e-3..1e-2: with random_fp8_codes, weights of ~0.1.
+inline std::vector<float> random_fp8_scales(std::mt19937& rng, int64_t n) {
+  std::uniform_real_distribution<float> dist(1e-3f, 1e-2f);
+  std::vector<float> scales(static_cast<size_t>(n));
+  for (auto& s : scales) s = dist(rng);
+  return scales;
+}
+
 inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < want.size(); ++i) {

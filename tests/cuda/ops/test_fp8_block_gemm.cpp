@@ -32,21 +32,19 @@ constexpr double kDequantizePathTolerance = 1e-2;  // the dequantise path agains
 
 float round_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
 
-// Random finite codes of both signs (never the NaN code) and scales of 1e-3..1e-2: weights of ~0.1.
-std::vector<uint8_t> random_codes(std::mt19937& rng, int64_t n) {
-  std::vector<uint8_t> codes(static_cast<size_t>(n));
-  for (auto& c : codes) {
-    c = static_cast<uint8_t>(rng());
-    if ((c & 0x7f) == 0x7f) c ^= 1;
+// x [rows, k] as the block-scaled path multiplies it: each row quantised per 128-wide group and dequantised (code *
+// scale, one fp32 multiply), except the rows `as_is(row)` names (those the GEMV takes), which stay as they are.
+template <class AsIs>
+std::vector<float> w8a8_activations(std::vector<float> x, int rows, int k, const AsIs& as_is) {
+  const int64_t groups = fp8_blocks(k);
+  std::vector<uint8_t> codes(x.size());
+  std::vector<float> scales(static_cast<size_t>(rows * groups));
+  quantize_fp8_activations(x.data(), rows, k, codes.data(), scales.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int64_t row = static_cast<int64_t>(i) / k, col = static_cast<int64_t>(i) % k;
+    if (!as_is(static_cast<int>(row))) x[i] = fp8_e4m3_to_float(codes[i]) * scales[row * groups + col / 128];
   }
-  return codes;
-}
-
-std::vector<float> random_scales(std::mt19937& rng, int64_t n) {
-  std::uniform_real_distribution<float> dist(1e-3f, 1e-2f);
-  std::vector<float> scales(static_cast<size_t>(n));
-  for (auto& s : scales) s = dist(rng);
-  return scales;
+  return x;
 }
 
 // bf16 activations whose magnitude varies by group (1e-3..1e3) and within a group (a factor up to 2^12, so
@@ -153,8 +151,8 @@ TEST_P(Fp8BlockGemmTest, MatchesTheSameMathOnTheCpuAndTheDequantizePath) {
   const GemmCase c = GetParam();
   const int64_t sn = fp8_blocks(c.n), sk = fp8_blocks(c.k);
   const auto x = random_bf16_values(rng_, int64_t{c.m} * c.k);
-  const auto codes = random_codes(rng_, int64_t{c.n} * c.k);
-  const auto scales = random_scales(rng_, sn * sk);
+  const auto codes = random_fp8_codes(rng_, int64_t{c.n} * c.k);
+  const auto scales = random_fp8_scales(rng_, sn * sk);
   gpu().reserve_fp8_linear(c.n, c.k);
   gpu().set_fp8_gemm_path(Fp8LinearPath::kBlockScaled);
   const Tensor gx = gpu_bf16(x, {c.m, c.k});
@@ -177,15 +175,7 @@ TEST_P(Fp8BlockGemmTest, MatchesTheSameMathOnTheCpuAndTheDequantizePath) {
   const std::vector<int> rows = sampled_rows(c.m);
   const int r = static_cast<int>(rows.size());
   std::vector<float> x_rows = pick_rows(x, rows, c.k);
-  if (block) {
-    std::vector<uint8_t> x_codes(x_rows.size());
-    std::vector<float> x_scales(static_cast<size_t>(r * sk));
-    quantize_fp8_activations(x_rows.data(), r, c.k, x_codes.data(), x_scales.data());
-    for (size_t i = 0; i < x_rows.size(); ++i) {
-      if (rows[i / c.k] >= (c.m & ~3)) continue;
-      x_rows[i] = fp8_e4m3_to_float(x_codes[i]) * x_scales[(i / c.k) * sk + (i % c.k) / 128];
-    }
-  }
+  if (block) x_rows = w8a8_activations(x_rows, r, c.k, [&](int i) { return rows[i] >= (c.m & ~3); });
   Tensor cpu_out = cpu_empty(DType::F32, {r, c.n});
   cpu().linear_fp8(cpu_f32(x_rows, {r, c.k}), cpu_raw(codes, DType::F8_E4M3, {c.n, c.k}),
                    cpu_raw(scales, DType::F32, {sn, sk}), Tensor(), cpu_out);
@@ -251,8 +241,8 @@ TEST_F(CudaOpsTest, Fp8BlockScaledPathFallsBackToDequantize) {
   for (const Case& c : cases) {
     const int64_t sn = fp8_blocks(c.n), sk = fp8_blocks(c.k);
     const auto x = random_bf16_values(rng_, int64_t{c.m} * c.k);
-    const auto codes = random_codes(rng_, int64_t{c.n} * c.k);
-    const auto scales = random_scales(rng_, sn * sk);
+    const auto codes = random_fp8_codes(rng_, int64_t{c.n} * c.k);
+    const auto scales = random_fp8_scales(rng_, sn * sk);
     gpu().reserve_fp8_linear(c.n, c.k);
     const Tensor weight = gpu_raw(codes, DType::F8_E4M3, {c.n, c.k});
     const Tensor block_scale = gpu_raw(scales, DType::F32, {sn, sk});
@@ -272,8 +262,8 @@ TEST_F(CudaOpsTest, Fp8BlockScaledPathFallsBackToDequantize) {
 TEST_F(CudaOpsTest, Fp8BlockScaledPathAddsTheBias) {
   const int m = 48, n = 384, k = 256;
   const auto x = random_bf16_values(rng_, int64_t{m} * k);
-  const auto codes = random_codes(rng_, int64_t{n} * k);
-  const auto scales = random_scales(rng_, fp8_blocks(n) * fp8_blocks(k));
+  const auto codes = random_fp8_codes(rng_, int64_t{n} * k);
+  const auto scales = random_fp8_scales(rng_, fp8_blocks(n) * fp8_blocks(k));
   const auto b = random_bf16_values(rng_, n);
   gpu().reserve_fp8_linear(n, k);
   gpu().set_fp8_gemm_path(Fp8LinearPath::kBlockScaled);
@@ -283,14 +273,7 @@ TEST_F(CudaOpsTest, Fp8BlockScaledPathAddsTheBias) {
   gpu().linear_fp8(gpu_bf16(x, {m, k}), weight, block_scale, gpu_bf16(b, {n}), out);
   const bool block = gpu().last_fp8_linear_path() == Fp8LinearPath::kBlockScaled;
   std::printf("note: bias took the %s path\n", block ? "block-scaled" : "dequantise");
-  std::vector<float> x_ref = x;
-  if (block) {
-    std::vector<uint8_t> x_codes(x.size());
-    std::vector<float> x_scales(static_cast<size_t>(m * fp8_blocks(k)));
-    quantize_fp8_activations(x.data(), m, k, x_codes.data(), x_scales.data());
-    for (size_t i = 0; i < x_ref.size(); ++i)
-      x_ref[i] = fp8_e4m3_to_float(x_codes[i]) * x_scales[(i / k) * fp8_blocks(k) + (i % k) / 128];
-  }
+  const std::vector<float> x_ref = block ? w8a8_activations(x, m, k, [](int) { return false; }) : x;
   Tensor cpu_out = cpu_empty(DType::F32, {m, n});
   cpu().linear_fp8(cpu_f32(x_ref, {m, k}), cpu_raw(codes, DType::F8_E4M3, {n, k}),
                    cpu_raw(scales, DType::F32, {fp8_blocks(n), fp8_blocks(k)}), cpu_f32(b, {n}), cpu_out);
@@ -314,8 +297,8 @@ TEST_F(CudaOpsTest, Fp8AutoPathTakesTheBlockScaledGemmForLargeWeights) {
     ASSERT_EQ(int64_t{c.n} * c.k >= kBlockScaledMinWeight, c.want == Fp8LinearPath::kBlockScaled);
     const int64_t sn = fp8_blocks(c.n), sk = fp8_blocks(c.k);
     gpu().reserve_fp8_linear(c.n, c.k);
-    const Tensor weight = gpu_raw(random_codes(rng_, int64_t{c.n} * c.k), DType::F8_E4M3, {c.n, c.k});
-    const Tensor block_scale = gpu_raw(random_scales(rng_, sn * sk), DType::F32, {sn, sk});
+    const Tensor weight = gpu_raw(random_fp8_codes(rng_, int64_t{c.n} * c.k), DType::F8_E4M3, {c.n, c.k});
+    const Tensor block_scale = gpu_raw(random_fp8_scales(rng_, sn * sk), DType::F32, {sn, sk});
     gpu().prepare_fp8_linear(weight, block_scale);
     Tensor out = gpu_empty(DType::BF16, {m, c.n});
     gpu().linear_fp8(gpu_bf16(random_bf16_values(rng_, int64_t{m} * c.k), {m, c.k}), weight, block_scale, Tensor(),
@@ -329,8 +312,8 @@ TEST_F(CudaOpsTest, Fp8AutoPathTakesTheBlockScaledGemmForLargeWeights) {
 TEST_F(CudaOpsTest, Fp8BlockScaledPathReplaysInAGraph) {
   const int m = 64, n = 1024, k = 2048;
   const auto x = random_bf16_values(rng_, int64_t{m} * k);
-  const auto codes = random_codes(rng_, int64_t{n} * k);
-  const auto scales = random_scales(rng_, fp8_blocks(n) * fp8_blocks(k));
+  const auto codes = random_fp8_codes(rng_, int64_t{n} * k);
+  const auto scales = random_fp8_scales(rng_, fp8_blocks(n) * fp8_blocks(k));
   gpu().reserve_fp8_linear(n, k);
   gpu().set_fp8_gemm_path(Fp8LinearPath::kBlockScaled);
   const Tensor gx = gpu_bf16(x, {m, k});

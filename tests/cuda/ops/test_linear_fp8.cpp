@@ -19,29 +19,12 @@ struct Fp8LinearCase {
 
 class LinearFp8Test : public CudaOpsTest, public ::testing::WithParamInterface<Fp8LinearCase> {};
 
-// Random finite codes of both signs (never the NaN code) and scales of 1e-3..1e-2: weights of ~0.1.
-std::vector<uint8_t> random_codes(std::mt19937& rng, int64_t n) {
-  std::vector<uint8_t> codes(static_cast<size_t>(n));
-  for (auto& c : codes) {
-    c = static_cast<uint8_t>(rng());
-    if ((c & 0x7f) == 0x7f) c ^= 1;
-  }
-  return codes;
-}
-
-std::vector<float> random_scales(std::mt19937& rng, int64_t n) {
-  std::uniform_real_distribution<float> dist(1e-3f, 1e-2f);
-  std::vector<float> scales(static_cast<size_t>(n));
-  for (auto& s : scales) s = dist(rng);
-  return scales;
-}
-
 TEST_P(LinearFp8Test, MatchesCpu) {
   const Fp8LinearCase c = GetParam();
   const int64_t sn = (c.n + 127) / 128, sk = (c.k + 127) / 128;
   const auto x = random_bf16_values(rng_, int64_t{c.m} * c.k);
-  const auto codes = random_codes(rng_, int64_t{c.n} * c.k);
-  const auto scales = random_scales(rng_, sn * sk);
+  const auto codes = random_fp8_codes(rng_, int64_t{c.n} * c.k);
+  const auto scales = random_fp8_scales(rng_, sn * sk);
   const auto b = random_bf16_values(rng_, c.n);
   gpu().reserve_fp8_linear(c.n, c.k);
   gpu().set_fp8_gemm_path(Fp8LinearPath::kDequantize);  // the block-scaled path: test_fp8_block_gemm.cpp
