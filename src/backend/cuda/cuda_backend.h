@@ -33,9 +33,9 @@ struct GemvArgs;
 // bf16 GEMM (kDequantize) or the activations quantised per token and 128-wide group for cuBLASLt's block-scaled
 // FP8 GEMM (kBlockScaled; W8A8). kAuto, the default setting, takes the block-scaled GEMM for weights of at least
 // kBlockScaledMinWeight elements and dequantises smaller ones (on an H200 the block-scaled GEMM was up to 1.4x
-// slower than dequantising Qwen3-0.6B's o_proj and down, 2-3 M elements, and 1.1-3x faster on every projection
-// of 4 M elements and more). The environment variable NANOVLLM_FP8_GEMM=auto|dequant|block picks every backend's
-// initial setting; shapes the FP8 GEMM refuses take the dequantise path.
+// slower than dequantising Qwen3-0.6B's o_proj and down, 2-3 M elements, below 2,048 rows, and 1.0-3.8x faster
+// on every projection of 4 M elements and more). The environment variable NANOVLLM_FP8_GEMM=auto|dequant|block picks
+// every backend's initial setting; shapes the FP8 GEMM refuses take the dequantise path.
 enum class Fp8LinearPath { kGemv, kDequantize, kBlockScaled, kAuto };
 inline constexpr int64_t kBlockScaledMinWeight = int64_t{4} << 20;
 
