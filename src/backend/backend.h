@@ -78,6 +78,8 @@ struct BackendLimits {
   int num_kv_heads = 0;
   int head_dim = 0;
   int vocab_size = 0;
+  int kv_block_size = 0;      // keys of one KV-cache block
+  bool fp8_kv_cache = false;  // the KV cache holds e4m3 codes
 };
 
 // Ops recorded once and replayed with one launch, over the buffers and shapes they were recorded with (a CUDA

@@ -30,6 +30,8 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
   limits.num_kv_heads = shard_.num_kv_heads;
   limits.head_dim = model_config.head_dim;
   limits.vocab_size = model_config.vocab_size;
+  limits.kv_block_size = config.kvcache_block_size;
+  limits.fp8_kv_cache = config.fp8_kv_cache();
   backend_->reserve(limits);
 
   model_ = std::make_unique<Qwen3Model>(model_config, shard_, comm_, *backend_, weights, config.max_num_batched_tokens,

@@ -31,6 +31,9 @@ struct PagedAttentionArgs {
   bool fp8_cache = false;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  // Multiplies the warp-specialised prefill's output: 1, or an FP8 cache's v_scale where that kernel reads a bf16
+  // shadow of the cache's codes (paged_attention_prefill's shadow).
+  float out_scale = 1.0f;
 };
 
 // Workspace (bytes) the split-KV decode needs for up to max_num_seqs sequences on a device of sm_count
@@ -53,8 +56,9 @@ void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, siz
 // Which prefill kernel runs. kMmaSync runs on every GPU; the others are sm_90a code, only for a device where
 // prefill_kernel_for_device() names kWgmma. kWgmma picks per launch between its two variants: the
 // warp-specialised one (TMA copies, 128-key tiles) where it applies and is faster, prompts of over 2,048 query
-// rows, else the two-stage one. Tests and benchmarks force each variant.
-enum class PrefillKernel { kWgmma, kWgmmaTwoStage, kWgmmaWarpSpecialized, kMmaSync };
+// rows, else the two-stage one; with an FP8 cache it takes kWgmmaFp8Shadow where that applies (below). Tests and
+// benchmarks force each variant.
+enum class PrefillKernel { kWgmma, kWgmmaTwoStage, kWgmmaWarpSpecialized, kWgmmaFp8Shadow, kMmaSync };
 
 // Whether kWgmmaWarpSpecialized can run these arguments: head_dim 128, a bf16 cache, blocks of 64 keys or more.
 bool prefill_warp_specialized_supports(const PagedAttentionArgs& args);
@@ -68,7 +72,20 @@ PrefillKernel wgmma_prefill_variant(const PagedAttentionArgs& args);
 PrefillKernel prefill_kernel_for_device();
 
 // Any q_len (prefill, chunked prefill, prefix-cache hits): causal, varlen, tensor-core MMA tiles.
-void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream, PrefillKernel kernel);
+// With an FP8 cache, kWgmma and prompts of over 2,048 query rows (head_dim 128, blocks of 64+ keys), the launch's
+// cached blocks are first decoded into `shadow` (bf16 values of the codes, exact; positions past a sequence's
+// keys zero) and the warp-specialised kernel runs on them with k_scale folded into the softmax scale and v_scale
+// into the output, the same math as the FP8 kernels; where shadow_bytes is short of
+// fp8_prefill_shadow_bytes(args), the FP8 kernel runs instead.
+void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream, PrefillKernel kernel,
+                             void* shadow = nullptr, size_t shadow_bytes = 0);
+
+// Bytes of the bf16 shadow an FP8-cache prefill of these arguments decodes into: K and V of num_seqs x
+// ceil(max_seqlen_k / block_size) blocks and that shadow's block table, each 256-byte aligned.
+size_t fp8_prefill_shadow_bytes(const PagedAttentionArgs& args);
+// Whether `kernel` runs these arguments through the shadow (given enough shadow bytes): kWgmmaFp8Shadow wherever it
+// can (an FP8 cache, head_dim 128, blocks of 64+ keys), kWgmma where it also has prompts of over 2,048 rows.
+bool fp8_prefill_shadow_applies(const PagedAttentionArgs& args, PrefillKernel kernel);
 
 // Why the attention kernels cannot run a model with these heads, or "" when they can (head_dim 64 or 128, and a
 // decode group of at most 8 query heads per KV head). The backend asks when it is set up, so that such a model

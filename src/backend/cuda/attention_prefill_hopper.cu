@@ -164,9 +164,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(PagedAttenti
 // P V is on the tensor cores, take turns issuing (named barriers 1 and 2, "ping-pong") and release each stage
 // through a second mbarrier. No CTA-wide barrier after the set-up.
 constexpr int kWsThreads = 3 * 128;
-constexpr int kWsKeys = 128;     // keys per K/V tile
-constexpr int kWsStages = 3;     // 3 x 64 KB of K/V at d = 128
-constexpr int kTmaBoxKeys = 64;  // a TMA box: 64 keys of one block (block_size >= 64) x 64 values
+constexpr int kWsKeys = 128;  // keys per K/V tile
+constexpr int kWsStages = 3;  // 3 x 64 KB of K/V at d = 128
 
 #ifdef NANOVLLM_WGMMA  // what only the sm_90a code of the kernel uses
 constexpr int kCopyThreads = 128;
@@ -348,7 +347,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     turn_end();
   }
   // Q is no longer read by this warpgroup's MMAs: each warp stages its output rows there.
-  store_output<D, Layout, kCopyThreads / 32>(tile, o, softmax, 1.f, sm_q);
+  store_output<D, Layout, kCopyThreads / 32>(tile, o, softmax, a.out_scale, sm_q);
 #endif
 }
 

@@ -180,8 +180,26 @@ void CudaBackend::reserve(const BackendLimits& limits) {
   if (limits.max_logits_rows > 0 && limits.vocab_size > 0) {
     sampler_workspace_ = allocate(cuda::sampler_workspace_bytes(limits.max_logits_rows, limits.vocab_size));
   }
+  reserve_fp8_prefill_shadow(limits);
   reserved_ = true;
   if (fp8_gemm_path_ != Fp8LinearPath::kDequantize) reserve_fp8_activations();
+}
+
+void CudaBackend::reserve_fp8_prefill_shadow(const BackendLimits& limits) {
+  fp8_prefill_shadow_ = Buffer();
+  if (!limits.fp8_kv_cache || limits.max_model_len <= 0) return;
+  // Sized here rather than on first use, so that the KV cache (sized from what is left after reserve) does not
+  // take memory the shadow will need. Launches with more or longer sequences than this run on the FP8 kernel.
+  cuda::PagedAttentionArgs probe;
+  probe.num_seqs = std::min(limits.max_num_seqs, kFp8PrefillShadowSequences);
+  probe.max_seqlen_q = limits.max_num_tokens;  // the longest prompt part one step can hold
+  probe.max_seqlen_k = limits.max_model_len;
+  probe.num_kv_heads = limits.num_kv_heads;
+  probe.head_dim = limits.head_dim;
+  probe.block_size = limits.kv_block_size;
+  probe.fp8_cache = true;
+  if (probe.num_seqs <= 0 || !cuda::fp8_prefill_shadow_applies(probe, prefill_kernel_)) return;
+  fp8_prefill_shadow_ = allocate(std::min(cuda::fp8_prefill_shadow_bytes(probe), kMaxFp8PrefillShadowBytes));
 }
 
 Buffer CudaBackend::allocate(size_t bytes) {
@@ -566,10 +584,15 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
     prefill.seq_lens_k += d;
     prefill.block_tables += static_cast<size_t>(d) * batch.max_blocks_per_seq;
     prefill.num_seqs -= d;
-    cuda::paged_attention_prefill(prefill, stream_, prefill_kernel_);
+    run_prefill_attention(prefill);
   } else {
-    cuda::paged_attention_prefill(args, stream_, prefill_kernel_);
+    run_prefill_attention(args);
   }
+}
+
+void CudaBackend::run_prefill_attention(const cuda::PagedAttentionArgs& args) {
+  cuda::paged_attention_prefill(args, stream_, prefill_kernel_, fp8_prefill_shadow_.data(),
+                                fp8_prefill_shadow_.bytes());
 }
 
 void CudaBackend::silu_and_mul(const Tensor& gate_up, Tensor& out) {

@@ -129,6 +129,10 @@ class CudaBackend final : public Backend {
   void make_current() const;
   // (Re)allocates the activation scratch of the block-scaled FP8 path for max_num_tokens rows of the widest K.
   void reserve_fp8_activations();
+  // The bf16 shadow an FP8 cache's long-prompt prefill runs through (none for a bf16 cache or other GPUs).
+  void reserve_fp8_prefill_shadow(const BackendLimits& limits);
+  // Prefill attention (no decode rows), through the FP8 shadow where it applies and fits.
+  void run_prefill_attention(const cuda::PagedAttentionArgs& args);
   // linear_fp8 above 16 rows on the block-scaled FP8 GEMM (rows past the last multiple of 4 on the GEMV `whole`
   // describes for all rows); false, with at most the activation scratch written, where it does not apply.
   bool block_scaled_linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
@@ -145,6 +149,12 @@ class CudaBackend final : public Backend {
   BackendLimits limits_{};
   bool reserved_ = false;
   Buffer attention_workspace_;
+  // The bf16 shadow of an FP8 cache's blocks for long-prompt prefill (cuda::paged_attention_prefill): room for
+  // kFp8PrefillShadowSequences sequences of max_model_len keys (a step's long prompts, with chunked prefill
+  // rarely more than two), at most kMaxFp8PrefillShadowBytes (2 GiB: 512k keys of 8 KV heads of 128, K and V).
+  Buffer fp8_prefill_shadow_;
+  static constexpr int kFp8PrefillShadowSequences = 4;
+  static constexpr size_t kMaxFp8PrefillShadowBytes = size_t{2} << 30;
   Buffer sampler_workspace_;
   Buffer fp8_weight_scratch_;  // bf16, the largest FP8 weight reserved
   std::unique_ptr<cuda::Fp8BlockGemm> fp8_gemm_;

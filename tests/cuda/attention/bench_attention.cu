@@ -260,9 +260,13 @@ void bench_prefill(const Shape& s, int batch, int len, int reps, bool fp8 = fals
   // The kernel the engine runs (named by the variant it picks for this shape), and on Hopper every other prefill
   // kernel beside it.
   const nanovllm::cuda::PrefillKernel engine_kernel = nanovllm::cuda::prefill_kernel_for_device();
+  // An FP8 cache's shadow, as the engine gives it (its decode is part of each timed call).
+  const size_t shadow_bytes = fp8 ? nanovllm::cuda::fp8_prefill_shadow_bytes(args) : 0;
+  DeviceBuffer shadow(shadow_bytes);
   for (const nanovllm::cuda::PrefillKernel kernel :
        nanovllm::attention_test::prefill_kernels_to_compare(engine_kernel, args)) {
-    const double us = time_us(reps, [&](int) { nanovllm::cuda::paged_attention_prefill(args, nullptr, kernel); });
+    const double us = time_us(
+        reps, [&](int) { nanovllm::cuda::paged_attention_prefill(args, nullptr, kernel, shadow.ptr, shadow_bytes); });
     check(cudaDeviceSynchronize(), "prefill");
     const std::string name = nanovllm::attention_test::prefill_kernel_name(kernel, args);
     std::printf("prefill %-10s %s batch %4d len %6d %-24s | %9.1f us | %8.2f TFLOP/s\n", s.name, fp8 ? "fp8 " : "bf16",

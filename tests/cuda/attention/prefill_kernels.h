@@ -8,8 +8,9 @@
 namespace nanovllm::attention_test {
 
 // Every prefill kernel that runs `args` on a device whose engine takes `engine`, each once: the engine's choice
-// first; then, on Hopper (where the engine's kWgmma runs wgmma_prefill_variant(args)), the other wgmma variant
-// where it can take these arguments, and the mma.sync kernel.
+// first; then, on Hopper (where the engine's kWgmma runs wgmma_prefill_variant(args), or the FP8 shadow path for an
+// FP8 cache's long prompts), the other wgmma variant where it can take these arguments, the FP8 shadow path where
+// the engine's choice is not already it, and the mma.sync kernel.
 inline std::vector<cuda::PrefillKernel> prefill_kernels_to_compare(cuda::PrefillKernel engine,
                                                                    const cuda::PagedAttentionArgs& args) {
   using cuda::PrefillKernel;
@@ -20,6 +21,13 @@ inline std::vector<cuda::PrefillKernel> prefill_kernels_to_compare(cuda::Prefill
   } else if (cuda::prefill_warp_specialized_supports(args)) {
     kernels.push_back(PrefillKernel::kWgmmaWarpSpecialized);
   }
+  // The FP8 cache's shadow path wherever it can run; where kWgmma takes it (long prompts), the FP8 two-stage
+  // kernel it replaced.
+  if (cuda::fp8_prefill_shadow_applies(args, PrefillKernel::kWgmma)) {
+    kernels.push_back(PrefillKernel::kWgmmaTwoStage);
+  } else if (cuda::fp8_prefill_shadow_applies(args, PrefillKernel::kWgmmaFp8Shadow)) {
+    kernels.push_back(PrefillKernel::kWgmmaFp8Shadow);
+  }
   kernels.push_back(PrefillKernel::kMmaSync);
   return kernels;
 }
@@ -28,7 +36,10 @@ inline std::vector<cuda::PrefillKernel> prefill_kernels_to_compare(cuda::Prefill
 inline std::string prefill_kernel_name(cuda::PrefillKernel kernel, const cuda::PagedAttentionArgs& args) {
   switch (kernel) {
     case cuda::PrefillKernel::kWgmma:
+      if (cuda::fp8_prefill_shadow_applies(args, kernel)) return "wgmma (FP8 shadow)";
       return "wgmma (" + prefill_kernel_name(cuda::wgmma_prefill_variant(args), args) + ")";
+    case cuda::PrefillKernel::kWgmmaFp8Shadow:
+      return "FP8 shadow";
     case cuda::PrefillKernel::kWgmmaTwoStage:
       return "two-stage";
     case cuda::PrefillKernel::kWgmmaWarpSpecialized:

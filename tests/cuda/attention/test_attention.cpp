@@ -93,9 +93,14 @@ std::vector<KernelComparison> run_case(const Problem& p, Kernel kernel) {
           << "arrival counters not back at zero: " << p.describe();
     }
   } else {
+    // The FP8 cache's bf16 shadow, poisoned, for every kernel as the engine gives it (kWgmma takes it for long
+    // prompts; kWgmmaFp8Shadow always): a shadow position the decode does not write would show as NaN.
+    const size_t shadow_bytes = dev.args.fp8_cache ? cuda::fp8_prefill_shadow_bytes(dev.args) : 0;
+    DevicePtr shadow = device_alloc(std::max<size_t>(shadow_bytes, 16));
     for (const cuda::PrefillKernel prefill : prefill_kernels_to_compare(engine_prefill_kernel(), dev.args)) {
       poison_output(dev);
-      cuda::paged_attention_prefill(dev.args, nullptr, prefill);
+      check(cudaMemset(shadow.get(), 0xff, std::max<size_t>(shadow_bytes, 16)), "poison shadow");
+      cuda::paged_attention_prefill(dev.args, nullptr, prefill, shadow.get(), shadow_bytes);
       outs.emplace_back("prefill " + prefill_kernel_name(prefill, dev.args), download_output(dev));
     }
   }
