@@ -56,9 +56,10 @@ void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, siz
 // Which prefill kernel runs. kMmaSync runs on every GPU; the others are sm_90a code, only for a device where
 // prefill_kernel_for_device() names kWgmma. kWgmma picks per launch between its two variants: the
 // warp-specialised one (TMA copies, 128-key tiles) where it applies and is faster, prompts of over 2,048 query
-// rows, else the two-stage one; with an FP8 cache it takes kWgmmaFp8Shadow where that applies (below). Tests and
-// benchmarks force each variant.
-enum class PrefillKernel { kWgmma, kWgmmaTwoStage, kWgmmaWarpSpecialized, kWgmmaFp8Shadow, kMmaSync };
+// rows, else the two-stage one; with an FP8 cache it takes kWgmmaFp8Shadow where that applies (below).
+// kWgmmaFp8Mma (an FP8 cache, d = 128) runs both products on E4M3 tensor cores: Q quantised per row, P rounded to
+// E4M3, K and V packed into tiles in the shadow first. Tests and benchmarks force each variant.
+enum class PrefillKernel { kWgmma, kWgmmaTwoStage, kWgmmaWarpSpecialized, kWgmmaFp8Shadow, kWgmmaFp8Mma, kMmaSync };
 
 // Whether kWgmmaWarpSpecialized can run these arguments: head_dim 128, a bf16 cache, blocks of 64 keys or more.
 bool prefill_warp_specialized_supports(const PagedAttentionArgs& args);

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -84,6 +85,70 @@ __global__ void __launch_bounds__(kShadowThreads)
   }
 }
 
+// The FP8-products kernel's packed tiles: num_seqs x nkv x ceil(max_seqlen_k / kFp8TileKeys) tiles of K, then as
+// many of transposed V, kFp8TileKeys x 128 codes each.
+struct PackedLayout {
+  int tiles_per_seq = 0;
+  size_t tile_bytes = static_cast<size_t>(kFp8TileKeys) * 128;
+  size_t v_offset = 0, bytes = 0;
+};
+
+PackedLayout packed_layout(const PagedAttentionArgs& a) {
+  PackedLayout l;
+  l.tiles_per_seq = (a.max_seqlen_k + kFp8TileKeys - 1) / kFp8TileKeys;
+  l.v_offset = align256(static_cast<size_t>(a.num_seqs) * a.num_kv_heads * l.tiles_per_seq * l.tile_bytes);
+  l.bytes = 2 * l.v_offset;
+  return l;
+}
+
+constexpr int kPackThreads = 256;
+constexpr int kPackRowStride = 132;  // bytes a V row takes in shared memory: rows 33 words apart spread the banks
+
+// One CTA a tile (grid x: the tile, y: the sequence, z: the KV head): the tile's K codes swizzled as they are, its V
+// codes transposed through shared memory (fp8_pv_key_at's key order). Keys past the sequence's end are zero.
+__global__ void __launch_bounds__(kPackThreads)
+    pack_fp8_tiles_kernel(const uint8_t* __restrict__ k_codes, const uint8_t* __restrict__ v_codes,
+                          const int* __restrict__ block_tables, const int* __restrict__ seq_lens_k,
+                          int max_blocks_per_seq, int block_size, int num_kv_heads, int tiles_per_seq,
+                          uint8_t* __restrict__ k_tiles, uint8_t* __restrict__ v_tiles) {
+  constexpr int kChunks = 128 / 16;  // 16-byte chunks a row
+  __shared__ __align__(16) uint8_t v_rows[kFp8TileKeys * kPackRowStride];
+  const int j = static_cast<int>(blockIdx.x), s = static_cast<int>(blockIdx.y), h = static_cast<int>(blockIdx.z);
+  const int seq_len = seq_lens_k[s];
+  const int* table = block_tables + static_cast<size_t>(s) * max_blocks_per_seq;
+  const int shift = 31 - __clz(block_size);
+  const size_t tile = ((static_cast<size_t>(s) * num_kv_heads + h) * tiles_per_seq + j) * kFp8TileKeys * 128;
+  for (int i = threadIdx.x; i < kFp8TileKeys * kChunks; i += kPackThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int key = j * kFp8TileKeys + r;
+    uint4 k = make_uint4(0, 0, 0, 0), v = k;
+    if (key < seq_len) {
+      const size_t slot = (static_cast<size_t>(__ldg(table + (key >> shift))) << shift) | (key & (block_size - 1));
+      const size_t src = (slot * num_kv_heads + h) * 128 + c * 16;
+      k = *reinterpret_cast<const uint4*>(k_codes + src);
+      v = *reinterpret_cast<const uint4*>(v_codes + src);
+    }
+    *reinterpret_cast<uint4*>(k_tiles + tile + r * 128 + ((c ^ (r & 7)) << 4)) = k;
+    auto* row = reinterpret_cast<uint32_t*>(v_rows + r * kPackRowStride + c * 16);
+    row[0] = v.x, row[1] = v.y, row[2] = v.z, row[3] = v.w;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 128 * kChunks; i += kPackThreads) {
+    const int d = i / kChunks, c = i % kChunks;  // value d's chunk c: MMA k indices 16c .. 16c + 15
+    uint32_t words[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        word |= static_cast<uint32_t>(v_rows[fp8_pv_key_at(16 * c + 4 * w + b) * kPackRowStride + d]) << (8 * b);
+      words[w] = word;
+    }
+    *reinterpret_cast<uint4*>(v_tiles + tile + d * 128 + ((c ^ (d & 7)) << 4)) =
+        make_uint4(words[0], words[1], words[2], words[3]);
+  }
+}
+
 // What the shadow path needs beyond enough bytes, or "" (the warp-specialised kernel's own needs, an FP8 cache).
 std::string shadow_unsupported(const PagedAttentionArgs& a) {
   if (!a.fp8_cache) return "an FP8 cache";
@@ -124,11 +189,34 @@ void launch_fp8_shadow_prefill(const PagedAttentionArgs& a, void* shadow, size_t
   launch_hopper_prefill(b, stream, PrefillKernel::kWgmmaWarpSpecialized);
 }
 
+void launch_fp8_mma_prefill(const PagedAttentionArgs& a, void* shadow, size_t shadow_bytes, cudaStream_t stream) {
+  if (!a.fp8_cache || a.head_dim != 128)
+    throw EngineError("paged_attention_prefill: the FP8-products path needs an FP8 cache and head_dim 128 (got " +
+                      std::string(a.fp8_cache ? "an FP8" : "a bf16") + " cache, head_dim " +
+                      std::to_string(a.head_dim) + ")");
+  const PackedLayout l = packed_layout(a);
+  if (shadow == nullptr || shadow_bytes < l.bytes)
+    throw EngineError("paged_attention_prefill: the FP8-products path needs " + std::to_string(l.bytes) +
+                      " bytes of shadow, got " + std::to_string(shadow == nullptr ? 0 : shadow_bytes));
+  auto* k_tiles = static_cast<uint8_t*>(shadow);
+  uint8_t* v_tiles = k_tiles + l.v_offset;
+  const dim3 grid(static_cast<unsigned>(l.tiles_per_seq), static_cast<unsigned>(a.num_seqs),
+                  static_cast<unsigned>(a.num_kv_heads));
+  pack_fp8_tiles_kernel<<<grid, kPackThreads, 0, stream>>>(
+      static_cast<const uint8_t*>(a.k_cache), static_cast<const uint8_t*>(a.v_cache), a.block_tables, a.seq_lens_k,
+      a.max_blocks_per_seq, a.block_size, a.num_kv_heads, l.tiles_per_seq, k_tiles, v_tiles);
+  check_cuda(cudaGetLastError(), "paged_attention_prefill: the FP8 tiles' packing kernel");
+  launch_hopper_fp8_mma_prefill(a, k_tiles, v_tiles, l.tiles_per_seq, stream);
+}
+
 }  // namespace attention_detail
 
-size_t fp8_prefill_shadow_bytes(const PagedAttentionArgs& args) { return attention_detail::shadow_layout(args).bytes; }
+size_t fp8_prefill_shadow_bytes(const PagedAttentionArgs& args) {
+  return std::max(attention_detail::shadow_layout(args).bytes, attention_detail::packed_layout(args).bytes);
+}
 
 bool fp8_prefill_shadow_applies(const PagedAttentionArgs& args, PrefillKernel kernel) {
+  if (kernel == PrefillKernel::kWgmmaFp8Mma) return args.fp8_cache && args.head_dim == 128;
   if (!attention_detail::shadow_unsupported(args).empty()) return false;
   if (kernel == PrefillKernel::kWgmmaFp8Shadow) return true;
   return kernel == PrefillKernel::kWgmma &&

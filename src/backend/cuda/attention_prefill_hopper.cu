@@ -24,6 +24,7 @@
 #include "backend/cuda/attention_wgmma.cuh"
 #include "backend/cuda/paged_cache_tensor_map.h"
 #include "backend/cuda/programmatic_launch.cuh"
+#include "common/fp8.h"
 
 namespace nanovllm::cuda::attention_detail {
 namespace {
@@ -178,6 +179,104 @@ struct KeyPanels {
 };
 #endif
 
+#ifdef NANOVLLM_WGMMA
+// The set-up both warp-specialised kernels share: the CTA's tile (false where it has nothing to attend, or only
+// zero rows to write) and each stage's full / empty mbarrier (kStages of each from full0) initialised.
+template <int D, int kStages>
+__device__ __forceinline__ bool begin_warp_specialized_tile(const PagedAttentionArgs& a, PrefillTileOrder order,
+                                                            uint32_t full0, PrefillTile& tile) {
+  tile = prefill_tile<D, kRows>(a, order);
+  if (tile.row0 >= tile.q_len) return false;
+  if (tile.num_kv_tiles == 0) {
+    write_zero_rows<D, kWsThreads>(tile);
+    return false;
+  }
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < kStages; ++stage) {
+      mbarrier_init(full0 + 8u * stage, 1);
+      mbarrier_init(full0 + 8u * (kStages + stage), 2 * 128);
+    }
+  }
+  __syncthreads();  // the barriers are initialised; the last CTA-wide barrier
+  return true;
+}
+
+// The computing warpgroups' loop of both warp-specialised kernels over key tiles 0 .. n - 1 of kKeys keys (tile j
+// in stage j % kStages: full0's barriers hand it over, the empties after them release it). The two warpgroups take
+// turns issuing (named barriers 1 and 2, "ping-pong"), so one's softmax runs while the other's MMAs hold the tensor
+// cores; each takes n + 1 turns, warpgroup 0 first. Tile j's S is issued ahead of tile j - 1's P V and its softmax
+// runs while P V does. Ops: issue_scores(s, j) and issue_pv(o, p, j) issue and commit; to_p(s, p) forms P's A
+// fragments from the weights. o is set to zero here, then accumulated.
+template <int D, int kKeys, int kStages, int kWeightLog2, int kPSteps, typename Ops>
+__device__ __forceinline__ void warp_specialized_products(const PrefillTile& tile, int n, int group,
+                                                          const int (&row_pos)[2], const float (&score_scale)[2],
+                                                          uint32_t full0, float (&o)[D / 8][4], SoftmaxRows& softmax,
+                                                          const Ops& ops) {
+  const auto full = [&](int stage) { return full0 + 8u * static_cast<uint32_t>(stage); };
+  const auto empty = [&](int stage) { return full0 + 8u * static_cast<uint32_t>(kStages + stage); };
+  const auto [group_first_pos, group_tiles] = warpgroup_keys<kKeys>(tile, group);
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+  float s[kKeys / 8][4];
+  uint32_t p[kPSteps][4];
+  float correction[2];
+  const uint32_t my_turn = 1 + group, their_turn = 2 - group;
+  const auto turn_begin = [&] { asm volatile("bar.sync %0, 256;\n" ::"r"(my_turn) : "memory"); };
+  const auto turn_end = [&] { asm volatile("bar.arrive %0, 256;\n" ::"r"(their_turn) : "memory"); };
+  if (group == 1) turn_end();
+
+  mbarrier_wait(full(0), 0);
+  turn_begin();
+  if (group_tiles > 0) {
+    ops.issue_scores(s, 0);
+    turn_end();
+    wgmma_wait<0>();
+    wgmma_hold(s);
+    // O is still zero: the deferred rescale has nothing to do.
+    softmax_step<D, true, kKeys / 8, kWeightLog2>(s, o, softmax, 0, group_first_pos, row_pos, tile.seq_len, score_scale,
+                                                  correction);
+    ops.to_p(s, p);
+  } else {
+    turn_end();
+  }
+  for (int j = 1; j < n; ++j) {
+    mbarrier_wait(full(j % kStages), (j / kStages) & 1);
+    turn_begin();
+    if (j < group_tiles) {
+      ops.issue_scores(s, j);
+      ops.issue_pv(o, p, j - 1);
+      turn_end();
+      wgmma_wait<1>();
+      wgmma_hold(s);
+      softmax_step<D, true, kKeys / 8, kWeightLog2>(s, o, softmax, j * kKeys, group_first_pos, row_pos, tile.seq_len,
+                                                    score_scale, correction);
+      wgmma_wait<0>();
+      wgmma_hold(o);
+      wgmma_hold(p);
+      rescale_rows<D>(o, correction);
+      ops.to_p(s, p);
+    } else if (j == group_tiles) {
+      ops.issue_pv(o, p, j - 1);
+      turn_end();
+      wgmma_wait<0>();
+      wgmma_hold(o);
+    } else {
+      turn_end();
+    }
+    mbarrier_arrive(empty((j - 1) % kStages));  // tile j - 1's K and V are no longer read
+  }
+  turn_begin();
+  if (n <= group_tiles) {
+    ops.issue_pv(o, p, n - 1);
+    if (group == 0) turn_end();  // warpgroup 1's last turn has no successor
+    wgmma_wait<0>();
+    wgmma_hold(o);
+  } else if (group == 0) {
+    turn_end();
+  }
+}
+#endif
+
 // Q, the K/V stages and the full / empty mbarriers of each stage, plus the slack that puts Q on a 1024-byte boundary.
 template <int D>
 constexpr size_t ws_smem_bytes() {
@@ -203,16 +302,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const auto empty = [&](int stage) { return full0 + 8u * static_cast<uint32_t>(kWsStages + stage); };
   start_after_previous_grid();
 
-  const PrefillTile tile = prefill_tile<D, kRows>(a, order);
-  if (tile.row0 >= tile.q_len) return;
-  if (tile.num_kv_tiles == 0) return write_zero_rows<D, kWsThreads>(tile);
-  if (threadIdx.x == 0) {
-    for (int stage = 0; stage < kWsStages; ++stage) {
-      mbarrier_init(full(stage), 1);
-      mbarrier_init(empty(stage), 2 * 128);
-    }
-  }
-  __syncthreads();  // the barriers are initialised; the last CTA-wide barrier
+  PrefillTile tile;
+  if (!begin_warp_specialized_tile<D, kWsStages>(a, order, full0, tile)) return;
   const int n = (tile.past + tile.last_row) / kWsKeys + 1;
 
   if (threadIdx.x < kCopyThreads) {
@@ -276,78 +367,196 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int g = (ct % 32) >> 2;
   int row_pos[2];
   fragment_row_positions(tile, warp, g, row_pos);
-  const auto [group_first_pos, group_tiles] = warpgroup_keys<kWsKeys>(tile, group);
-  const float score_scale = a.scale * kLog2e;
+  const float score_scale[2] = {a.scale * kLog2e, a.scale * kLog2e};
   const uint32_t q_addr = smem_address(sm_q + group * kGroupRows * D);
-  const auto k_addr = [&](int j) { return smem_address(sm_k + (j % kWsStages) * kTileElems); };
-  const auto v_addr = [&](int j) { return smem_address(sm_v + (j % kWsStages) * kTileElems); };
-
-  float o[D / 8][4];
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
-  float s[kWsKeys / 8][4];
-  uint32_t p[kWsKeys / 16][4];
-  SoftmaxRows softmax;
-  float correction[2];
-
-  // Ping-pong: the two warpgroups take turns issuing their products (named barriers 1 and 2), so one's softmax
-  // runs while the other's MMAs hold the tensor cores. Each takes n + 1 turns; warpgroup 0 goes first.
-  const uint32_t my_turn = 1 + group, their_turn = 2 - group;
-  const auto turn_begin = [&] { asm volatile("bar.sync %0, 256;\n" ::"r"(my_turn) : "memory"); };
-  const auto turn_end = [&] { asm volatile("bar.arrive %0, 256;\n" ::"r"(their_turn) : "memory"); };
-  if (group == 1) turn_end();
-
-  mbarrier_wait(full(0), 0);
-  turn_begin();
-  if (group_tiles > 0) {
-    issue_scores<D, kWsKeys>(s, q_addr, k_addr(0));
-    turn_end();
-    wgmma_wait<0>();
-    wgmma_hold(s);
-    softmax_step<D>(s, o, softmax, 0, group_first_pos, row_pos, tile.seq_len, score_scale);
-#pragma unroll
-    for (int kk = 0; kk < kWsKeys / 16; ++kk) p_fragment(s, kk, p[kk]);
-  } else {
-    turn_end();
-  }
-  for (int j = 1; j < n; ++j) {
-    mbarrier_wait(full(j % kWsStages), (j / kWsStages) & 1);
-    turn_begin();
-    if (j < group_tiles) {
-      issue_scores<D, kWsKeys>(s, q_addr, k_addr(j));
-      issue_pv<D, kWsKeys>(o, p, v_addr(j - 1));
-      turn_end();
-      wgmma_wait<1>();
-      wgmma_hold(s);
-      softmax_step<D, true>(s, o, softmax, j * kWsKeys, group_first_pos, row_pos, tile.seq_len, score_scale,
-                            correction);
-      wgmma_wait<0>();
-      wgmma_hold(o);
-      wgmma_hold(p);
-      rescale_rows<D>(o, correction);
+  struct Ops {
+    uint32_t q_addr, k0, v0;
+    __device__ void issue_scores(float (&s)[kWsKeys / 8][4], int j) const {
+      ::nanovllm::cuda::attention_detail::issue_scores<D, kWsKeys>(s, q_addr, k0 + (j % kWsStages) * kTileElems * 2);
+    }
+    __device__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&p)[kWsKeys / 16][4], int j) const {
+      ::nanovllm::cuda::attention_detail::issue_pv<D, kWsKeys>(o, p, v0 + (j % kWsStages) * kTileElems * 2);
+    }
+    __device__ void to_p(const float (&s)[kWsKeys / 8][4], uint32_t (&p)[kWsKeys / 16][4]) const {
 #pragma unroll
       for (int kk = 0; kk < kWsKeys / 16; ++kk) p_fragment(s, kk, p[kk]);
-    } else if (j == group_tiles) {
-      issue_pv<D, kWsKeys>(o, p, v_addr(j - 1));
-      turn_end();
-      wgmma_wait<0>();
-      wgmma_hold(o);
-    } else {
-      turn_end();
     }
-    mbarrier_arrive(empty((j - 1) % kWsStages));  // tile j - 1's K and V are no longer read
-  }
-  turn_begin();
-  if (n <= group_tiles) {
-    issue_pv<D, kWsKeys>(o, p, v_addr(n - 1));
-    if (group == 0) turn_end();  // warpgroup 1's last turn has no successor
-    wgmma_wait<0>();
-    wgmma_hold(o);
-  } else if (group == 0) {
-    turn_end();
-  }
+  };
+  const Ops ops{q_addr, smem_address(sm_k), smem_address(sm_v)};
+
+  float o[D / 8][4];
+  SoftmaxRows softmax;
+  warp_specialized_products<D, kWsKeys, kWsStages, 0, kWsKeys / 16>(tile, n, group, row_pos, score_scale, full0, o,
+                                                                    softmax, ops);
   // Q is no longer read by this warpgroup's MMAs: each warp stages its output rows there.
   store_output<D, Layout, kCopyThreads / 32>(tile, o, softmax, a.out_scale, sm_q);
+#endif
+}
+
+// The FP8-products kernel (an FP8 cache's long prompts, d = 128): the warp-specialised kernel's structure with both
+// products on E4M3 tensor cores (twice the bf16 rate). K and V come from a packed copy of the launch's codes
+// (pack_fp8_tiles in attention_prefill_fp8_shadow.cu): per (sequence, KV head), tiles of kFp8Keys keys, K as
+// [key][128 codes] and V transposed as [value][128 keys], each 16 KB already in the 128-byte-swizzled layout, so
+// one bulk copy lands each (wgmma reads 8-bit operands only K-major, and for P V the keys are the K dimension).
+// Within each 16 keys the V tile's key order is permuted so that the S accumulators a thread holds are, as they
+// stand, its E4M3 A fragment of P (fp8_pv_key_at). Q is quantised per row by the copying warpgroup (scale
+// amax / 448, folded into the row's softmax scale with k_scale); P is scaled by 2^8 before its rounding, so that
+// small weights keep E4M3's precision (the row sums carry the same factor); v_scale multiplies the output.
+constexpr int kFp8Keys = kFp8TileKeys;
+constexpr int kFp8Stages = 4;                  // 4 x 32 KB of K and V tiles
+constexpr int kFp8TileBytes = kFp8Keys * 128;  // one operand tile: 128 rows of 128 codes
+constexpr int kFp8WeightLog2 = 8;
+
+// Q codes (two 64-row tiles), the K/V stages, the output staging (bf16, 128 rows), the row scales, the barriers.
+constexpr size_t fp8_mma_smem_bytes() {
+  return kSwizzleAtom + static_cast<size_t>(kRows) * 128 + static_cast<size_t>(kFp8Stages) * 2 * kFp8TileBytes +
+         static_cast<size_t>(kRows) * 128 * sizeof(__nv_bfloat16) + kRows * sizeof(float) +
+         2 * kFp8Stages * sizeof(uint64_t);
+}
+
+#ifdef NANOVLLM_WGMMA
+// Two floats as E4M3 codes in one 16-bit word, `low` in the low byte (saturating: P is at most 2^8, Q's codes at
+// most 448 by their scale).
+__device__ __forceinline__ uint32_t e4m3x2(float low, float high) {
+  uint16_t packed;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(high), "f"(low));
+  return packed;
+}
+
+// The weights of keys 32kk .. 32kk + 31 as an E4M3 A fragment. The thread holds, of each 8-key n-tile, keys 2t and
+// 2t + 1: register 0 gets n-tiles 4kk and 4kk + 1 of row g (keys 2t, 2t + 1, 8 + 2t, 9 + 2t), which the fragment
+// calls k = 4t .. 4t + 3; the V tile stores those keys at those k (fp8_pv_key_at).
+template <int kN>
+__device__ __forceinline__ void p_fragment_e4m3(const float (&s)[kN][4], int kk, uint32_t (&p)[4]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int nt = 4 * kk + 2 * half;
+    p[2 * half] = e4m3x2(s[nt][0], s[nt][1]) | e4m3x2(s[nt + 1][0], s[nt + 1][1]) << 16;
+    p[2 * half + 1] = e4m3x2(s[nt][2], s[nt][3]) | e4m3x2(s[nt + 1][2], s[nt + 1][3]) << 16;
+  }
+}
+
+// Row r of the CTA's Q tile as E4M3 codes at `q_codes` (two 64-row tiles, 128-byte swizzle) with its scale; rows
+// past q_len as zeros. One thread a row.
+__device__ __forceinline__ void quantise_q_row(const PagedAttentionArgs& a, const PrefillTile& t, int r,
+                                               uint8_t* q_codes, float* q_scale) {
+  uint4 values[16];
+  float amax = 0.f;
+  const bool valid = t.row0 + r < t.q_len;
+  const __nv_bfloat16* q =
+      a.q + static_cast<size_t>(t.q_begin + t.row0 + r) * t.row_stride + static_cast<size_t>(t.head) * 128;
+#pragma unroll
+  for (int c = 0; c < 16; ++c) {
+    values[c] = valid ? __ldg(reinterpret_cast<const uint4*>(q) + c) : make_uint4(0, 0, 0, 0);
+    const auto* h = reinterpret_cast<const __nv_bfloat162*>(&values[c]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
+  }
+  const float scale = fp8_scale_for_amax(amax);
+  const float inv = 1.f / scale;
+  uint8_t* row = q_codes + (r / kGroupRows) * kGroupRows * 128 + (r % kGroupRows) * 128;
+#pragma unroll
+  for (int chunk = 0; chunk < 8; ++chunk) {  // 16 codes from two 8-value loads
+    uint32_t words[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const auto* h = reinterpret_cast<const __nv_bfloat162*>(&values[2 * chunk + w / 2]) + 2 * (w % 2);
+      const float2 lo = __bfloat1622float2(h[0]), hi = __bfloat1622float2(h[1]);
+      words[w] = e4m3x2(lo.x * inv, lo.y * inv) | e4m3x2(hi.x * inv, hi.y * inv) << 16;
+    }
+    *reinterpret_cast<uint4*>(row + ((chunk ^ (r & 7)) << 4)) = make_uint4(words[0], words[1], words[2], words[3]);
+  }
+  q_scale[r] = scale;
+}
+#endif
+
+__global__ void __launch_bounds__(kWsThreads, 1)
+    prefill_fp8_mma_kernel(PagedAttentionArgs a, PrefillTileOrder order, const uint8_t* __restrict__ k_tiles,
+                           const uint8_t* __restrict__ v_tiles, int tiles_per_seq) {
+#ifdef NANOVLLM_WGMMA
+  constexpr int D = 128;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_address(smem_raw);
+  const uint32_t aligned = (raw + kSwizzleAtom - 1) & ~static_cast<uint32_t>(kSwizzleAtom - 1);
+  uint8_t* sm_q = smem_raw + (aligned - raw);                                          // [2][64 rows][128 codes]
+  uint8_t* sm_k = sm_q + kRows * 128;                                                  // [kFp8Stages][kFp8TileBytes]
+  uint8_t* sm_v = sm_k + kFp8Stages * kFp8TileBytes;                                   // [kFp8Stages][kFp8TileBytes]
+  auto* sm_out = reinterpret_cast<__nv_bfloat16*>(sm_v + kFp8Stages * kFp8TileBytes);  // [128 rows][D]
+  auto* sm_q_scale = reinterpret_cast<float*>(sm_out + kRows * D);
+  const uint32_t full0 = smem_address(sm_q_scale + kRows);
+  const auto full = [&](int stage) { return full0 + 8u * static_cast<uint32_t>(stage); };
+  const auto empty = [&](int stage) { return full0 + 8u * static_cast<uint32_t>(kFp8Stages + stage); };
+  start_after_previous_grid();
+
+  PrefillTile tile;
+  if (!begin_warp_specialized_tile<D, kFp8Stages>(a, order, full0, tile)) return;
+  const int n = (tile.past + tile.last_row) / kFp8Keys + 1;
+
+  if (threadIdx.x < kCopyThreads) {
+    quantise_q_row(a, tile, static_cast<int>(threadIdx.x), sm_q, sm_q_scale);
+    fence_shared_for_wgmma();
+    asm volatile("bar.sync 3, %0;\n" ::"n"(kCopyThreads) : "memory");  // every Q row before tile 0's handover
+    warpgroup_registers_down<40>();
+    if (threadIdx.x == 0) {
+      const size_t first = (static_cast<size_t>(tile.seq) * a.num_kv_heads + tile.kv_head) * tiles_per_seq;
+      for (int j = 0; j < n; ++j) {
+        const int stage = j % kFp8Stages;
+        if (j >= kFp8Stages) mbarrier_wait(empty(stage), (j / kFp8Stages - 1) & 1);
+        mbarrier_arrive_expect_tx(full(stage), 2u * kFp8TileBytes);
+        const size_t offset = (first + j) * kFp8TileBytes;
+        bulk_copy_to_shared(smem_address(sm_k + stage * kFp8TileBytes), k_tiles + offset, kFp8TileBytes, full(stage));
+        bulk_copy_to_shared(smem_address(sm_v + stage * kFp8TileBytes), v_tiles + offset, kFp8TileBytes, full(stage));
+      }
+    }
+    return;
+  }
+  warpgroup_registers_up<232>();
+
+  const int ct = static_cast<int>(threadIdx.x) - kCopyThreads;  // 0 .. 255 over the computing warpgroups
+  const int warp = ct / 32;
+  const int group = warp / 4;
+  const int g = (ct % 32) >> 2;
+  int row_pos[2];
+  fragment_row_positions(tile, warp, g, row_pos);
+  const uint32_t q_addr = smem_address(sm_q + group * kGroupRows * 128);
+  struct Ops {
+    uint32_t q_addr, k0, v0;
+    __device__ void issue_scores(float (&s)[kFp8Keys / 8][4], int j) const {
+      const uint32_t k_tile = k0 + (j % kFp8Stages) * kFp8TileBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kc = 0; kc < D / 32; ++kc)
+        wgmma_64x128_ss_e4m3(s, k_major_descriptor(q_addr, kGroupRows, kc), k_major_descriptor(k_tile, kFp8Keys, kc),
+                             kc > 0);
+      wgmma_commit();
+    }
+    __device__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&p)[kFp8Keys / 32][4], int j) const {
+      const uint32_t v_tile = v0 + (j % kFp8Stages) * kFp8TileBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kFp8Keys / 32; ++kk) wgmma_64x128_rs_e4m3(o, p[kk], k_major_descriptor(v_tile, D, kk));
+      wgmma_commit();
+    }
+    __device__ void to_p(const float (&s)[kFp8Keys / 8][4], uint32_t (&p)[kFp8Keys / 32][4]) const {
+#pragma unroll
+      for (int kk = 0; kk < kFp8Keys / 32; ++kk) p_fragment_e4m3(s, kk, p[kk]);
+    }
+  };
+  const Ops ops{q_addr, smem_address(sm_k), smem_address(sm_v)};
+
+  float o[D / 8][4];
+  SoftmaxRows softmax;
+  mbarrier_wait(full(0), 0);  // Q's codes and scales were written before tile 0's handover
+  float score_scale[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr)
+    score_scale[rr] = a.scale * a.k_scale * kLog2e * sm_q_scale[warp * kWarpRows + g + 8 * rr];
+  warp_specialized_products<D, kFp8Keys, kFp8Stages, kFp8WeightLog2, kFp8Keys / 32>(
+      tile, n, group, row_pos, score_scale, full0, o, softmax, ops);
+  store_output<D, PanelSwizzle<D>, kCopyThreads / 32>(tile, o, softmax, a.v_scale * a.out_scale, sm_out);
 #endif
 }
 
@@ -366,6 +575,12 @@ void launch_warp_specialized(const PagedAttentionArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
+
+void launch_hopper_fp8_mma_prefill(const PagedAttentionArgs& a, const uint8_t* k_tiles, const uint8_t* v_tiles,
+                                   int tiles_per_seq, cudaStream_t stream) {
+  launch_prefill_grid<kRows, kWsThreads>("prefill_fp8_mma_kernel", prefill_fp8_mma_kernel, fp8_mma_smem_bytes(), a,
+                                         stream, k_tiles, v_tiles, tiles_per_seq);
+}
 
 void launch_hopper_prefill(const PagedAttentionArgs& a, cudaStream_t stream, PrefillKernel kernel) {
   if (kernel == PrefillKernel::kWgmma) kernel = wgmma_prefill_variant(a);

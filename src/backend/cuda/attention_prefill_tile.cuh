@@ -331,9 +331,11 @@ __device__ __forceinline__ void rescale_rows(float (&o)[D / 8][4], const float (
 // scores live in one quad.
 // kDeferRescale: O is being accumulated by an MMA still in flight, so its rescale is left to the caller
 // (rescale_rows, once that MMA is done): the factors are returned in `correction`.
-template <int D, bool kMask, bool kDeferRescale = false, int kN = kPrefillKeys / 8>
+// score_scale: per row (g, g + 8). kWeightLog2: the weights come out as 2^kWeightLog2 P (for FP8 weights, which
+// then use the e4m3 range; the row sums carry the same factor, so the normalised output does not change).
+template <int D, bool kMask, bool kDeferRescale = false, int kN = kPrefillKeys / 8, int kWeightLog2 = 0>
 __device__ __forceinline__ void softmax_tile(float (&s)[kN][4], float (&o)[D / 8][4], SoftmaxRows& st, int key0,
-                                             const int (&row_pos)[2], int seq_len, float score_scale,
+                                             const int (&row_pos)[2], int seq_len, const float (&score_scale)[2],
                                              float (&correction)[2]) {
   if constexpr (kMask) {
     const int t = threadIdx.x & 3;
@@ -355,8 +357,8 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kN][4], float (&o)[D / 8
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
     // A row with no visible key yet keeps reference 0: its weights are 2^-inf = 0, never NaN.
-    ref_scaled[rr] = tile_max == -INFINITY ? 0.f : tile_max * score_scale;
-    correction[rr] = st.max[rr] == tile_max ? 1.f : exp2_approx(st.max[rr] * score_scale - ref_scaled[rr]);
+    ref_scaled[rr] = tile_max == -INFINITY ? 0.f : tile_max * score_scale[rr];
+    correction[rr] = st.max[rr] == tile_max ? 1.f : exp2_approx(st.max[rr] * score_scale[rr] - ref_scaled[rr]);
     st.max[rr] = tile_max;
     st.sum[rr] *= correction[rr];
   }
@@ -365,7 +367,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kN][4], float (&o)[D / 8
   for (int nt = 0; nt < kN; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[nt][e] = exp2_approx(fmaf(s[nt][e], score_scale, -ref_scaled[e >> 1]));
+      s[nt][e] = exp2_approx(fmaf(s[nt][e], score_scale[e >> 1], kWeightLog2 - ref_scaled[e >> 1]));
       st.sum[e >> 1] += s[nt][e];
     }
   }
@@ -373,15 +375,24 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kN][4], float (&o)[D / 8
 
 // The step for key tile key0, masked only where the tile crosses the diagonal of the rows from first_pos on
 // or the sequence's end (each variant is its own code: a predicated mask costs every tile).
+template <int D, bool kDeferRescale = false, int kN = kPrefillKeys / 8, int kWeightLog2 = 0>
+__device__ __forceinline__ void softmax_step(float (&s)[kN][4], float (&o)[D / 8][4], SoftmaxRows& st, int key0,
+                                             int first_pos, const int (&row_pos)[2], int seq_len,
+                                             const float (&score_scale)[2], float (&correction)[2]) {
+  if (key0 + 8 * kN - 1 > first_pos || key0 + 8 * kN > seq_len) {
+    softmax_tile<D, true, kDeferRescale, kN, kWeightLog2>(s, o, st, key0, row_pos, seq_len, score_scale, correction);
+  } else {
+    softmax_tile<D, false, kDeferRescale, kN, kWeightLog2>(s, o, st, key0, row_pos, seq_len, score_scale, correction);
+  }
+}
+
+// One score scale for both rows.
 template <int D, bool kDeferRescale = false, int kN = kPrefillKeys / 8>
 __device__ __forceinline__ void softmax_step(float (&s)[kN][4], float (&o)[D / 8][4], SoftmaxRows& st, int key0,
                                              int first_pos, const int (&row_pos)[2], int seq_len, float score_scale,
                                              float (&correction)[2]) {
-  if (key0 + 8 * kN - 1 > first_pos || key0 + 8 * kN > seq_len) {
-    softmax_tile<D, true, kDeferRescale>(s, o, st, key0, row_pos, seq_len, score_scale, correction);
-  } else {
-    softmax_tile<D, false, kDeferRescale>(s, o, st, key0, row_pos, seq_len, score_scale, correction);
-  }
+  const float per_row[2] = {score_scale, score_scale};
+  softmax_step<D, kDeferRescale, kN>(s, o, st, key0, first_pos, row_pos, seq_len, per_row, correction);
 }
 
 template <int D, int kN = kPrefillKeys / 8>

@@ -164,6 +164,46 @@ __device__ __forceinline__ void wgmma_64x128_rs(float (&acc)[16][4], const uint3
 #endif
 }
 
+// The m64n128 accumulators as the PTX register list %0 .. %63 and their asm operands (n-tiles 0 .. 15).
+#define NANOVLLM_ACC_LIST_64                                                         \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define NANOVLLM_ACC_OPERANDS_64                                                                      \
+  NANOVLLM_ACC_OPERANDS_32, NANOVLLM_ACC_NTILE(8), NANOVLLM_ACC_NTILE(9), NANOVLLM_ACC_NTILE(10),     \
+      NANOVLLM_ACC_NTILE(11), NANOVLLM_ACC_NTILE(12), NANOVLLM_ACC_NTILE(13), NANOVLLM_ACC_NTILE(14), \
+      NANOVLLM_ACC_NTILE(15)
+
+// E4M3 operands: k-steps of 32 codes (32 bytes, as bf16's 16 values), both shared-memory operands K-major (the
+// only form wgmma takes for 8-bit types). A from registers takes mma.sync m16n8k32's A fragment: lane 4g + t holds
+// row g's k = 4t .. 4t + 3, row g + 8's, row g's k = 16 + 4t .. 16 + 4t + 3, row g + 8's, four codes a register,
+// lowest k in the lowest byte.
+// acc (64 x 128) = A (64 x 32, shared) * B (32 x 128, shared) + (accumulate ? acc : 0).
+__device__ __forceinline__ void wgmma_64x128_ss_e4m3(float (&acc)[16][4], uint64_t a, uint64_t b, bool accumulate) {
+#ifdef NANOVLLM_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " NANOVLLM_ACC_LIST_64 ", %64, %65, p, 1, 1;\n}\n"
+      : NANOVLLM_ACC_OPERANDS_64
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#endif
+}
+
+// acc (64 x 128) += A (64 x 32, registers) * B (32 x 128, shared).
+__device__ __forceinline__ void wgmma_64x128_rs_e4m3(float (&acc)[16][4], const uint32_t (&a)[4], uint64_t b) {
+#ifdef NANOVLLM_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " NANOVLLM_ACC_LIST_64
+      ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : NANOVLLM_ACC_OPERANDS_64
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+}
+
+#undef NANOVLLM_ACC_OPERANDS_64
+#undef NANOVLLM_ACC_LIST_64
 #undef NANOVLLM_ACC_OPERANDS_32
 #undef NANOVLLM_ACC_LIST_32
 #undef NANOVLLM_ACC_NTILE
@@ -227,6 +267,16 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c
       "[%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
+#endif
+}
+
+// A contiguous copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into shared
+// memory at dst through the async proxy, completing `bytes` of bar's transaction count.
+__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+#ifdef NANOVLLM_WGMMA
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
 #endif
 }
 

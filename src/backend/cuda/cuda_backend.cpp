@@ -109,6 +109,14 @@ Fp8LinearPath fp8_gemm_path_from_environment() {
   throw InvalidInput("NANOVLLM_FP8_GEMM is " + quoted_text(setting) + "; expected 'auto', 'dequant' or 'block'");
 }
 
+// NANOVLLM_FP8_ATTENTION: unset or "bf16" -> false, "fp8" -> true (an FP8 cache's long prompts multiply in E4M3).
+bool fp8_attention_products_from_environment() {
+  const char* setting = std::getenv("NANOVLLM_FP8_ATTENTION");
+  if (setting == nullptr || std::strcmp(setting, "") == 0 || std::strcmp(setting, "bf16") == 0) return false;
+  if (std::strcmp(setting, "fp8") == 0) return true;
+  throw InvalidInput("NANOVLLM_FP8_ATTENTION is " + quoted_text(setting) + "; expected 'bf16' or 'fp8'");
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(int device_index) : device_(device_index) {
@@ -127,6 +135,7 @@ CudaBackend::CudaBackend(int device_index) : device_(device_index) {
   // Same workspace: both GEMMs run on this one stream, one after the other.
   fp8_gemm_ = std::make_unique<cuda::Fp8BlockGemm>(gemm_workspace_.data(), kGemmWorkspaceBytes);
   fp8_gemm_path_ = fp8_gemm_path_from_environment();
+  fp8_attention_products_ = fp8_attention_products_from_environment();
 }
 
 CudaBackend::~CudaBackend() {
@@ -591,8 +600,11 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
 }
 
 void CudaBackend::run_prefill_attention(const cuda::PagedAttentionArgs& args) {
-  cuda::paged_attention_prefill(args, stream_, prefill_kernel_, fp8_prefill_shadow_.data(),
-                                fp8_prefill_shadow_.bytes());
+  cuda::PrefillKernel kernel = prefill_kernel_;
+  if (fp8_attention_products_ && cuda::fp8_prefill_shadow_applies(args, kernel) &&
+      cuda::fp8_prefill_shadow_bytes(args) <= fp8_prefill_shadow_.bytes())
+    kernel = cuda::PrefillKernel::kWgmmaFp8Mma;
+  cuda::paged_attention_prefill(args, stream_, kernel, fp8_prefill_shadow_.data(), fp8_prefill_shadow_.bytes());
 }
 
 void CudaBackend::silu_and_mul(const Tensor& gate_up, Tensor& out) {

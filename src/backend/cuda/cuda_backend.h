@@ -154,6 +154,8 @@ class CudaBackend final : public Backend {
   // rarely more than two), at most kMaxFp8PrefillShadowBytes (2 GiB: 512k keys of 8 KV heads of 128, K and V).
   Buffer fp8_prefill_shadow_;
   static constexpr int kFp8PrefillShadowSequences = 4;
+  // Where the shadow applies, multiply in E4M3 (kWgmmaFp8Mma) instead of bf16: NANOVLLM_FP8_ATTENTION=fp8.
+  bool fp8_attention_products_ = false;
   static constexpr size_t kMaxFp8PrefillShadowBytes = size_t{2} << 30;
   Buffer sampler_workspace_;
   Buffer fp8_weight_scratch_;  // bf16, the largest FP8 weight reserved

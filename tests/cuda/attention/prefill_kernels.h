@@ -10,7 +10,7 @@ namespace nanovllm::attention_test {
 // Every prefill kernel that runs `args` on a device whose engine takes `engine`, each once: the engine's choice
 // first; then, on Hopper (where the engine's kWgmma runs wgmma_prefill_variant(args), or the FP8 shadow path for an
 // FP8 cache's long prompts), the other wgmma variant where it can take these arguments, the FP8 shadow path where
-// the engine's choice is not already it, and the mma.sync kernel.
+// the engine's choice is not already it, the FP8-products kernel, and the mma.sync kernel.
 inline std::vector<cuda::PrefillKernel> prefill_kernels_to_compare(cuda::PrefillKernel engine,
                                                                    const cuda::PagedAttentionArgs& args) {
   using cuda::PrefillKernel;
@@ -28,6 +28,9 @@ inline std::vector<cuda::PrefillKernel> prefill_kernels_to_compare(cuda::Prefill
   } else if (cuda::fp8_prefill_shadow_applies(args, PrefillKernel::kWgmmaFp8Shadow)) {
     kernels.push_back(PrefillKernel::kWgmmaFp8Shadow);
   }
+  // The FP8-products kernel wherever it can run (an FP8 cache at d = 128).
+  if (cuda::fp8_prefill_shadow_applies(args, PrefillKernel::kWgmmaFp8Mma))
+    kernels.push_back(PrefillKernel::kWgmmaFp8Mma);
   kernels.push_back(PrefillKernel::kMmaSync);
   return kernels;
 }
@@ -40,6 +43,8 @@ inline std::string prefill_kernel_name(cuda::PrefillKernel kernel, const cuda::P
       return "wgmma (" + prefill_kernel_name(cuda::wgmma_prefill_variant(args), args) + ")";
     case cuda::PrefillKernel::kWgmmaFp8Shadow:
       return "FP8 shadow";
+    case cuda::PrefillKernel::kWgmmaFp8Mma:
+      return "FP8 products";
     case cuda::PrefillKernel::kWgmmaTwoStage:
       return "two-stage";
     case cuda::PrefillKernel::kWgmmaWarpSpecialized:

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
+#include "backend/cuda/attention_prefill_hopper.h"
 #include "backend/cuda/attention_wgmma.cuh"
 
 namespace nanovllm::cuda::attention_detail {
@@ -108,6 +110,23 @@ TEST(WgmmaLayout, TmaBoxesLandInThePanels) {
       }
     }
   }
+}
+
+// The FP8-products kernel's V tiles: fp8_pv_key_at permutes the keys within each 16, and MMA k index 4t + i of the
+// E4M3 A fragment (lane 4g + t, register i / 4's byte i % 4, per 16 keys) holds the key the thread's S accumulators
+// give it: n-tile 2 * (i / 2) + ..., column 2t + i % 2, i.e. key 8 * (i / 2) + 2t + i % 2.
+TEST(WgmmaLayout, Fp8VTileKeyOrderMatchesTheAccumulators) {
+  std::vector<int> seen(kFp8TileKeys, 0);
+  for (int k = 0; k < kFp8TileKeys; ++k) {
+    const int key = fp8_pv_key_at(k);
+    ASSERT_GE(key, k / 16 * 16);
+    ASSERT_LT(key, k / 16 * 16 + 16) << "a key leaves its 16";
+    ++seen[static_cast<size_t>(key)];
+    const int t = (k % 16) / 4, i = k % 4;
+    EXPECT_EQ(key % 16, 8 * (i / 2) + 2 * t + i % 2) << "k " << k;
+  }
+  for (int key = 0; key < kFp8TileKeys; ++key) EXPECT_EQ(seen[static_cast<size_t>(key)], 1) << "key " << key;
+  EXPECT_NE(fp8_pv_key_at(2), 2);  // not the identity
 }
 
 // The layouts must not be trivially equal: moving a k-step reads other values, and a box without the swizzle
