@@ -209,7 +209,9 @@ int row_groups_for(int tokens, int n, int sm_count, bool fp8) {
 // to balanced rounds of at most 4 warps (FP8) or 8 (bf16). Measured on an H100, Qwen3-8B at T = 1 (µs, 16 warps
 // -> capped): FP8 qkv 12.5 -> 12.3, o_proj 9.6 -> 8.6, gate_up 37.2 -> 36.8, down 26.7 -> 20.8; bf16 qkv 21.0 ->
 // 19.1, o_proj 15.1 -> 13.9, gate_up 70.8 -> 69.7, down 38.6 -> 38.8. On an H200 with 2 and 4 row groups (T = 3
-// to 16): FP8 gate_up at T = 4 41.5 -> 33.6, qkv 12.3 -> 11.5; bf16 gate_up at T = 16 57.4 -> 54.6. A one-wave
+// to 16): FP8 gate_up at T = 4 41.5 -> 33.6, qkv 12.3 -> 11.5; bf16 gate_up at T = 16 57.4 -> 54.6. On an H100 the
+// same change helped FP8 (gate_up at T = 4 44.9 -> 39.1, batch-4 decode -7%) but cost bf16 at T = 4-8 (gate_up
+// 69.7 -> 75.2, batch-8 decode +3%), where the H200 gained 2%: kept for the H200. A one-wave
 // grid (Qwen3-0.6B's o_proj and down: 128 CTAs) lost by the same change (FP8 down 3.6 -> 4.5), and so did, it
 // seems, a grid of many waves, whose tails are already amortised (Qwen3-8B's lm_head, 144 waves: 427 µs capped,
 // 410-411 not, in separate calls whose cuBLASLt reference agreed within 0.3%): both keep their warps.
