@@ -4,6 +4,8 @@
 // k_scale folded into the softmax scale and v_scale into the output. The decode is ~1% of the attention it feeds
 // for long prompts (a 16k-token chunk of a 30k-token prompt: 61 MB of codes read, 123 MB written, ~2.9 TFLOP),
 // while the FP8 kernels convert every K/V tile in shared memory for every query tile that reads it.
+// For the FP8-products kernel the shadow holds the launch's codes packed instead: per (sequence, KV head), tiles of
+// 128 keys, K as it is and V transposed, each already in the swizzled layout the kernel's MMAs read.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

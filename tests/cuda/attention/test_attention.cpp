@@ -214,6 +214,58 @@ TEST(AttentionArgs, WarpSpecializedPrefillNamesWhatItNeeds) {
   EXPECT_FALSE(cuda::prefill_warp_specialized_supports(a));
 }
 
+// Which FP8-cache launches go through a shadow, how large it is, and what a forced path says where it cannot run.
+TEST(AttentionArgs, Fp8ShadowPathsApplyWhereTheyCan) {
+  using cuda::PrefillKernel;
+  auto a = plausible_args();
+  a.fp8_cache = true;
+  a.block_size = 256;
+  a.num_seqs = 3;
+  a.num_heads = 16;
+  a.num_kv_heads = 8;
+  a.max_seqlen_k = 5000;
+  a.max_blocks_per_seq = 20;
+  a.max_seqlen_q = 2048;  // short prompts: the engine's kernel keeps them
+  EXPECT_FALSE(cuda::fp8_prefill_shadow_applies(a, PrefillKernel::kWgmma));
+  EXPECT_TRUE(cuda::fp8_prefill_shadow_applies(a, PrefillKernel::kWgmmaFp8Shadow));
+  EXPECT_TRUE(cuda::fp8_prefill_shadow_applies(a, PrefillKernel::kWgmmaFp8Mma));
+  a.max_seqlen_q = 2049;
+  EXPECT_TRUE(cuda::fp8_prefill_shadow_applies(a, PrefillKernel::kWgmma));
+  EXPECT_FALSE(cuda::fp8_prefill_shadow_applies(a, PrefillKernel::kMmaSync));
+  // bf16 shadow: 3 x 20 blocks of 256 x 8 x 128 values, K and V, and the block table; packed FP8 tiles: 3 x 8 x 40
+  // tiles of 16 KB, K and V. The larger is what the caller provides.
+  const size_t bf16_shadow = 2 * (3 * 20 * 256 * 8 * 128 * size_t{2}) + 256;
+  const size_t packed = 2 * (3 * 8 * 40 * size_t{16384});
+  EXPECT_EQ(cuda::fp8_prefill_shadow_bytes(a), std::max(bf16_shadow, packed));
+  a.block_size = 32;  // the bf16 shadow's TMA boxes need 64 keys a block; the packed tiles do not
+  EXPECT_FALSE(cuda::fp8_prefill_shadow_applies(a, PrefillKernel::kWgmma));
+  EXPECT_TRUE(cuda::fp8_prefill_shadow_applies(a, PrefillKernel::kWgmmaFp8Mma));
+  a.block_size = 256;
+  const auto error_of = [](const cuda::PagedAttentionArgs& args, PrefillKernel kernel) -> std::string {
+    try {
+      cuda::paged_attention_prefill(args, nullptr, kernel, nullptr, 0);
+    } catch (const EngineError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of(a, PrefillKernel::kWgmmaFp8Mma).find("bytes of shadow, got 0"), std::string::npos)
+      << error_of(a, PrefillKernel::kWgmmaFp8Mma);
+  EXPECT_NE(error_of(a, PrefillKernel::kWgmmaFp8Shadow).find("bytes of shadow, got 0"), std::string::npos)
+      << error_of(a, PrefillKernel::kWgmmaFp8Shadow);
+  a.head_dim = 64;
+  EXPECT_FALSE(cuda::fp8_prefill_shadow_applies(a, PrefillKernel::kWgmmaFp8Shadow));
+  EXPECT_FALSE(cuda::fp8_prefill_shadow_applies(a, PrefillKernel::kWgmmaFp8Mma));
+  a.head_dim = 128;
+  a.fp8_cache = false;
+  EXPECT_FALSE(cuda::fp8_prefill_shadow_applies(a, PrefillKernel::kWgmma));
+  EXPECT_FALSE(cuda::fp8_prefill_shadow_applies(a, PrefillKernel::kWgmmaFp8Mma));
+  EXPECT_NE(error_of(a, PrefillKernel::kWgmmaFp8Mma).find("needs an FP8 cache and head_dim 128"), std::string::npos)
+      << error_of(a, PrefillKernel::kWgmmaFp8Mma);
+  EXPECT_NE(error_of(a, PrefillKernel::kWgmmaFp8Shadow).find("needs an FP8 cache"), std::string::npos)
+      << error_of(a, PrefillKernel::kWgmmaFp8Shadow);
+}
+
 // kWgmma takes the warp-specialised kernel for prompts over 2,048 query rows where it applies (where it measured
 // faster), the two-stage kernel for everything else.
 TEST(AttentionArgs, WgmmaTakesTheWarpSpecializedKernelForLongPromptsOnly) {
