@@ -77,15 +77,18 @@ PrefillKernel prefill_kernel_for_device();
 // cached blocks are first decoded into `shadow` (bf16 values of the codes, exact; positions past a sequence's
 // keys zero) and the warp-specialised kernel runs on them with k_scale folded into the softmax scale and v_scale
 // into the output, the same math as the FP8 kernels; where shadow_bytes is short of
-// fp8_prefill_shadow_bytes(args), the FP8 kernel runs instead.
+// fp8_prefill_shadow_bytes(args), the FP8 kernel runs instead. kWgmmaFp8Mma packs the codes into the shadow and
+// multiplies them on E4M3 tensor cores (it throws where the shadow is short).
 void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream, PrefillKernel kernel,
                              void* shadow = nullptr, size_t shadow_bytes = 0);
 
-// Bytes of the bf16 shadow an FP8-cache prefill of these arguments decodes into: K and V of num_seqs x
-// ceil(max_seqlen_k / block_size) blocks and that shadow's block table, each 256-byte aligned.
+// Bytes of shadow an FP8-cache prefill of these arguments needs, whichever of the two paths takes it: the bf16
+// shadow (K and V of num_seqs x ceil(max_seqlen_k / block_size) blocks and its block table) or the packed tiles
+// (K and V of num_seqs x num_kv_heads x ceil(max_seqlen_k / 128) tiles of 16 KB), each part 256-byte aligned.
 size_t fp8_prefill_shadow_bytes(const PagedAttentionArgs& args);
 // Whether `kernel` runs these arguments through the shadow (given enough shadow bytes): kWgmmaFp8Shadow wherever it
-// can (an FP8 cache, head_dim 128, blocks of 64+ keys), kWgmma where it also has prompts of over 2,048 rows.
+// can (an FP8 cache, head_dim 128, blocks of 64+ keys), kWgmma where it also has prompts of over 2,048 rows,
+// kWgmmaFp8Mma wherever the cache is FP8 and head_dim 128.
 bool fp8_prefill_shadow_applies(const PagedAttentionArgs& args, PrefillKernel kernel);
 
 // Why the attention kernels cannot run a model with these heads, or "" when they can (head_dim 64 or 128, and a

@@ -127,10 +127,10 @@ void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream
                              size_t shadow_bytes) {
   validate_args(args, "paged_attention_prefill");
   if (args.num_seqs == 0 || args.max_seqlen_q == 0) return;
+  if (kernel == PrefillKernel::kWgmmaFp8Mma) return launch_fp8_mma_prefill(args, shadow, shadow_bytes, stream);
   const bool through_shadow =
       kernel == PrefillKernel::kWgmmaFp8Shadow ||
       (fp8_prefill_shadow_applies(args, kernel) && shadow != nullptr && shadow_bytes >= fp8_prefill_shadow_bytes(args));
-  if (kernel == PrefillKernel::kWgmmaFp8Mma) return launch_fp8_mma_prefill(args, shadow, shadow_bytes, stream);
   if (through_shadow) return launch_fp8_shadow_prefill(args, shadow, shadow_bytes, stream);
   if (kernel != PrefillKernel::kMmaSync) return launch_hopper_prefill(args, stream, kernel);
   if (args.head_dim == 64) {

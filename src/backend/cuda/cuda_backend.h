@@ -129,7 +129,7 @@ class CudaBackend final : public Backend {
   void make_current() const;
   // (Re)allocates the activation scratch of the block-scaled FP8 path for max_num_tokens rows of the widest K.
   void reserve_fp8_activations();
-  // The bf16 shadow an FP8 cache's long-prompt prefill runs through (none for a bf16 cache or other GPUs).
+  // The shadow an FP8 cache's long-prompt prefill runs through (none for a bf16 cache or other GPUs).
   void reserve_fp8_prefill_shadow(const BackendLimits& limits);
   // Prefill attention (no decode rows), through the FP8 shadow where it applies and fits.
   void run_prefill_attention(const cuda::PagedAttentionArgs& args);
@@ -154,9 +154,9 @@ class CudaBackend final : public Backend {
   // rarely more than two), at most kMaxFp8PrefillShadowBytes (2 GiB: 512k keys of 8 KV heads of 128, K and V).
   Buffer fp8_prefill_shadow_;
   static constexpr int kFp8PrefillShadowSequences = 4;
+  static constexpr size_t kMaxFp8PrefillShadowBytes = size_t{2} << 30;
   // Where the shadow applies, multiply in E4M3 (kWgmmaFp8Mma) instead of bf16: NANOVLLM_FP8_ATTENTION=fp8.
   bool fp8_attention_products_ = false;
-  static constexpr size_t kMaxFp8PrefillShadowBytes = size_t{2} << 30;
   Buffer sampler_workspace_;
   Buffer fp8_weight_scratch_;  // bf16, the largest FP8 weight reserved
   std::unique_ptr<cuda::Fp8BlockGemm> fp8_gemm_;
