@@ -63,4 +63,18 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8(const uint2& codes) {
   return v;
 }
 
+// Eight codes as bf16 values 2^-120 times theirs, on the integer pipes (three instructions a pair, where
+// fp8x8_to_bf16x8 takes four conversions): each code's sign goes to bit 15 and its 7 exponent and mantissa bits
+// just below bf16's 8-bit exponent field, so E4M3's exponent bias 7 reads as bf16's 127: the value times 2^-120,
+// exactly, subnormals included (both formats scale their subnormal mantissas alike). The caller multiplies the
+// sums by kScaledBf16Factor.
+inline constexpr float kScaledBf16Factor = 0x1p120f;
+__device__ __forceinline__ uint4 fp8x8_to_scaled_bf16x8(const uint2& codes) {
+  const auto pair = [](uint32_t word, uint32_t selector) {
+    const uint32_t t = __byte_perm(word, 0, selector);  // two codes in bytes 1 and 3, zeros in bytes 0 and 2
+    return (t & 0x80008000u) | ((t & 0x7f007f00u) >> 4);
+  };
+  return make_uint4(pair(codes.x, 0x1404), pair(codes.x, 0x3424), pair(codes.y, 0x1404), pair(codes.y, 0x3424));
+}
+
 }  // namespace nanovllm::cuda

@@ -59,6 +59,8 @@ std::vector<Fp8LinearCase> fp8_linear_cases() {
   for (const Shape& s : shapes) {
     for (int m : {1, 5, 16, 17, 129}) cases.push_back({s.name, m, s.n, s.k, false, DType::BF16});
   }
+  // large_weight: over the GEMV's integer-codes bound (32 M elements), where it converts codes by instruction.
+  for (int m : {1, 9}) cases.push_back({"large_weight", m, 8192, 4112, false, DType::BF16});
   for (int m : {1, 9, 33}) cases.push_back({"bias", m, 384, 256, true, DType::BF16});
   for (int m : {1, 16, 40}) cases.push_back({"f32_odd_n", m, 701, 144, false, DType::F32});
   return cases;
@@ -68,6 +70,26 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LinearFp8Test, ::testing::ValuesIn(fp8_linear_c
                          [](const ::testing::TestParamInfo<Fp8LinearCase>& info) {
                            return std::string(info.param.name) + "_M" + std::to_string(info.param.m);
                          });
+
+// The GEMV reads small weights' codes as bf16 values 2^-120 times theirs (E4M3 subnormals become bf16 subnormals):
+// weights that are all subnormal codes (exponent field 0, both signs) must come out as the CPU's exact products,
+// not flushed.
+TEST_F(CudaOpsTest, LinearFp8KeepsSubnormalCodes) {
+  const int n = 256, k = 512;
+  for (const int m : {1, 5, 16}) {
+    const auto x = random_bf16_values(rng_, int64_t{m} * k);
+    auto codes = random_fp8_codes(rng_, int64_t{n} * k);
+    for (auto& c : codes) c &= 0x87;  // sign and mantissa: values m * 2^-9
+    const auto scales = random_fp8_scales(rng_, (n / 128) * (k / 128));
+    Tensor out = gpu_empty(DType::F32, {m, n});
+    gpu().linear_fp8(gpu_bf16(x, {m, k}), gpu_raw(codes, DType::F8_E4M3, {n, k}),
+                     gpu_raw(scales, DType::F32, {n / 128, k / 128}), Tensor(), out);
+    Tensor cpu_out = cpu_empty(DType::F32, {m, n});
+    cpu().linear_fp8(cpu_f32(x, {m, k}), cpu_raw(codes, DType::F8_E4M3, {n, k}),
+                     cpu_raw(scales, DType::F32, {n / 128, k / 128}), Tensor(), cpu_out);
+    expect_rel_l2(read_gpu(out), read_cpu(cpu_out), 1e-4, "subnormal codes, M=" + std::to_string(m));
+  }
+}
 
 // Above 16 rows the dequantised copy needs the scratch reserve_fp8_linear sizes; a weight never reserved is an
 // error, not a write past the scratch.
