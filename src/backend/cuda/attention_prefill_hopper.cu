@@ -22,6 +22,7 @@
 #include "backend/cuda/attention_prefill_hopper.h"
 #include "backend/cuda/attention_prefill_tile.cuh"
 #include "backend/cuda/attention_wgmma.cuh"
+#include "backend/cuda/fp8_vec.cuh"
 #include "backend/cuda/paged_cache_tensor_map.h"
 #include "backend/cuda/programmatic_launch.cuh"
 #include "common/fp8.h"
@@ -180,11 +181,22 @@ struct KeyPanels {
 #endif
 
 #ifdef NANOVLLM_WGMMA
+// The warp-specialised kernels' stage barriers in shared memory from `full0`: kStages "full" mbarriers (the copier
+// hands a stage over), then kStages "empty" ones (both computing warpgroups release it).
+template <int kStages>
+struct StageBarriers {
+  uint32_t full0;
+  __device__ __forceinline__ uint32_t full(int stage) const { return full0 + 8u * static_cast<uint32_t>(stage); }
+  __device__ __forceinline__ uint32_t empty(int stage) const {
+    return full0 + 8u * static_cast<uint32_t>(kStages + stage);
+  }
+};
+
 // The set-up both warp-specialised kernels share: the CTA's tile (false where it has nothing to attend, or only
-// zero rows to write) and each stage's full / empty mbarrier (kStages of each from full0) initialised.
+// zero rows to write) and the stage barriers initialised.
 template <int D, int kStages>
 __device__ __forceinline__ bool begin_warp_specialized_tile(const PagedAttentionArgs& a, PrefillTileOrder order,
-                                                            uint32_t full0, PrefillTile& tile) {
+                                                            StageBarriers<kStages> bars, PrefillTile& tile) {
   tile = prefill_tile<D, kRows>(a, order);
   if (tile.row0 >= tile.q_len) return false;
   if (tile.num_kv_tiles == 0) {
@@ -193,27 +205,40 @@ __device__ __forceinline__ bool begin_warp_specialized_tile(const PagedAttention
   }
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < kStages; ++stage) {
-      mbarrier_init(full0 + 8u * stage, 1);
-      mbarrier_init(full0 + 8u * (kStages + stage), 2 * 128);
+      mbarrier_init(bars.full(stage), 1);
+      mbarrier_init(bars.empty(stage), 2 * 128);
     }
   }
   __syncthreads();  // the barriers are initialised; the last CTA-wide barrier
   return true;
 }
 
+// A thread of the warp-specialised kernels' computing warpgroups (threads kCopyThreads ..): its warp among them,
+// its warpgroup, its fragment row g (and g + 8) and those rows' positions in the sequence.
+struct ComputingThread {
+  int warp, group, g;
+  int row_pos[2];
+};
+__device__ __forceinline__ ComputingThread computing_thread(const PrefillTile& tile) {
+  const int ct = static_cast<int>(threadIdx.x) - kCopyThreads;  // 0 .. 255 over the computing warpgroups
+  ComputingThread t{ct / 32, ct / 128, (ct % 32) >> 2, {0, 0}};
+  fragment_row_positions(tile, t.warp, t.g, t.row_pos);
+  return t;
+}
+
 // The computing warpgroups' loop of both warp-specialised kernels over key tiles 0 .. n - 1 of kKeys keys (tile j
-// in stage j % kStages: full0's barriers hand it over, the empties after them release it). The two warpgroups take
+// in stage j % kStages, handed over and released through `bars`). The two warpgroups take
 // turns issuing (named barriers 1 and 2, "ping-pong"), so one's softmax runs while the other's MMAs hold the tensor
 // cores; each takes n + 1 turns, warpgroup 0 first. Tile j's S is issued ahead of tile j - 1's P V and its softmax
-// runs while P V does. Ops: issue_scores(s, j) and issue_pv(o, p, j) issue and commit; to_p(s, p) forms P's A
-// fragments from the weights. o is set to zero here, then accumulated.
+// runs while P V does. Ops: score_scales(scale) gives the thread's two rows' softmax scales (asked once tile 0 is
+// handed over, so it may read what the copying warpgroup wrote before); issue_scores(s, j) and issue_pv(o, p, j)
+// issue and commit; to_p(s, p) forms P's A fragments from the weights. o is set to zero here, then accumulated.
 template <int D, int kKeys, int kStages, int kWeightLog2, int kPSteps, typename Ops>
-__device__ __forceinline__ void warp_specialized_products(const PrefillTile& tile, int n, int group,
-                                                          const int (&row_pos)[2], const float (&score_scale)[2],
-                                                          uint32_t full0, float (&o)[D / 8][4], SoftmaxRows& softmax,
-                                                          const Ops& ops) {
-  const auto full = [&](int stage) { return full0 + 8u * static_cast<uint32_t>(stage); };
-  const auto empty = [&](int stage) { return full0 + 8u * static_cast<uint32_t>(kStages + stage); };
+__device__ __forceinline__ void warp_specialized_products(const PrefillTile& tile, int n, const ComputingThread& me,
+                                                          StageBarriers<kStages> bars, float (&o)[D / 8][4],
+                                                          SoftmaxRows& softmax, const Ops& ops) {
+  const int group = me.group;
+  const auto& row_pos = me.row_pos;
   const auto [group_first_pos, group_tiles] = warpgroup_keys<kKeys>(tile, group);
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
@@ -223,9 +248,11 @@ __device__ __forceinline__ void warp_specialized_products(const PrefillTile& til
   const uint32_t my_turn = 1 + group, their_turn = 2 - group;
   const auto turn_begin = [&] { asm volatile("bar.sync %0, 256;\n" ::"r"(my_turn) : "memory"); };
   const auto turn_end = [&] { asm volatile("bar.arrive %0, 256;\n" ::"r"(their_turn) : "memory"); };
-  if (group == 1) turn_end();
 
-  mbarrier_wait(full(0), 0);
+  float score_scale[2];
+  mbarrier_wait(bars.full(0), 0);
+  ops.score_scales(score_scale);
+  if (group == 1) turn_end();  // warpgroup 0 takes the first turn
   turn_begin();
   if (group_tiles > 0) {
     ops.issue_scores(s, 0);
@@ -240,7 +267,7 @@ __device__ __forceinline__ void warp_specialized_products(const PrefillTile& til
     turn_end();
   }
   for (int j = 1; j < n; ++j) {
-    mbarrier_wait(full(j % kStages), (j / kStages) & 1);
+    mbarrier_wait(bars.full(j % kStages), (j / kStages) & 1);
     turn_begin();
     if (j < group_tiles) {
       ops.issue_scores(s, j);
@@ -263,7 +290,7 @@ __device__ __forceinline__ void warp_specialized_products(const PrefillTile& til
     } else {
       turn_end();
     }
-    mbarrier_arrive(empty((j - 1) % kStages));  // tile j - 1's K and V are no longer read
+    mbarrier_arrive(bars.empty((j - 1) % kStages));  // tile j - 1's K and V are no longer read
   }
   turn_begin();
   if (n <= group_tiles) {
@@ -295,15 +322,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const uint32_t raw = smem_address(smem_raw);
   const uint32_t aligned = (raw + kSwizzleAtom - 1) & ~static_cast<uint32_t>(kSwizzleAtom - 1);
   __nv_bfloat16* sm_q = reinterpret_cast<__nv_bfloat16*>(smem_raw + (aligned - raw));
-  __nv_bfloat16* sm_k = sm_q + kRows * D;                              // [kWsStages][kWsKeys * D]
-  __nv_bfloat16* sm_v = sm_k + kWsStages * kTileElems;                 // [kWsStages][kWsKeys * D]
-  const uint32_t full0 = smem_address(sm_v + kWsStages * kTileElems);  // kWsStages barriers, then the empties
-  const auto full = [&](int stage) { return full0 + 8u * static_cast<uint32_t>(stage); };
-  const auto empty = [&](int stage) { return full0 + 8u * static_cast<uint32_t>(kWsStages + stage); };
+  __nv_bfloat16* sm_k = sm_q + kRows * D;               // [kWsStages][kWsKeys * D]
+  __nv_bfloat16* sm_v = sm_k + kWsStages * kTileElems;  // [kWsStages][kWsKeys * D]
+  const StageBarriers<kWsStages> bars{smem_address(sm_v + kWsStages * kTileElems)};
   start_after_previous_grid();
 
   PrefillTile tile;
-  if (!begin_warp_specialized_tile<D, kWsStages>(a, order, full0, tile)) return;
+  if (!begin_warp_specialized_tile<D, kWsStages>(a, order, bars, tile)) return;
   const int n = (tile.past + tile.last_row) / kWsKeys + 1;
 
   if (threadIdx.x < kCopyThreads) {
@@ -329,8 +354,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           copier_sync();
         }
         if (threadIdx.x == 0) {
-          if (j >= kWsStages) mbarrier_wait(empty(stage), (j / kWsStages - 1) & 1);
-          mbarrier_arrive_expect_tx(full(stage), 2u * kTileElems * sizeof(__nv_bfloat16));
+          if (j >= kWsStages) mbarrier_wait(bars.empty(stage), (j / kWsStages - 1) & 1);
+          mbarrier_arrive_expect_tx(bars.full(stage), 2u * kTileElems * sizeof(__nv_bfloat16));
 #pragma unroll
           for (int h = 0; h < kWsKeys / kTmaBoxKeys; ++h) {
             const int key = j * kWsKeys + h * kTmaBoxKeys;
@@ -339,38 +364,33 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             for (int dh = 0; dh < D / kPanelValues; ++dh) {
               const int offset = panel_offset(kWsKeys, h * kTmaBoxKeys, dh * kPanelValues / 8);
               tma_load_3d(smem_address(sm_k + stage * kTileElems + offset), &k_map, dh * kPanelValues, tile.kv_head,
-                          slot, full(stage));
+                          slot, bars.full(stage));
               tma_load_3d(smem_address(sm_v + stage * kTileElems + offset), &v_map, dh * kPanelValues, tile.kv_head,
-                          slot, full(stage));
+                          slot, bars.full(stage));
             }
           }
         }
       } else {  // a tile that runs past the sequence's end: zero-filled copies
         // Only thread 0 has waited for every earlier phase: a parity wait names only the last two.
-        if (threadIdx.x == 0 && j >= kWsStages) mbarrier_wait(empty(stage), (j / kWsStages - 1) & 1);
+        if (threadIdx.x == 0 && j >= kWsStages) mbarrier_wait(bars.empty(stage), (j / kWsStages - 1) & 1);
         copier_sync();
         loader.load(j, sm_k + stage * kTileElems, sm_v + stage * kTileElems);
         cp_async_commit();
         cp_async_wait<0>();
         fence_shared_for_wgmma();
         copier_sync();
-        if (threadIdx.x == 0) mbarrier_arrive(full(stage));
+        if (threadIdx.x == 0) mbarrier_arrive(bars.full(stage));
       }
     }
     return;
   }
   warpgroup_registers_up<232>();
 
-  const int ct = static_cast<int>(threadIdx.x) - kCopyThreads;  // 0 .. 255 over the computing warpgroups
-  const int warp = ct / 32;
-  const int group = warp / 4;
-  const int g = (ct % 32) >> 2;
-  int row_pos[2];
-  fragment_row_positions(tile, warp, g, row_pos);
-  const float score_scale[2] = {a.scale * kLog2e, a.scale * kLog2e};
-  const uint32_t q_addr = smem_address(sm_q + group * kGroupRows * D);
+  const ComputingThread me = computing_thread(tile);
   struct Ops {
     uint32_t q_addr, k0, v0;
+    float scale;
+    __device__ void score_scales(float (&scale_out)[2]) const { scale_out[0] = scale_out[1] = scale; }
     __device__ void issue_scores(float (&s)[kWsKeys / 8][4], int j) const {
       ::nanovllm::cuda::attention_detail::issue_scores<D, kWsKeys>(s, q_addr, k0 + (j % kWsStages) * kTileElems * 2);
     }
@@ -382,12 +402,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       for (int kk = 0; kk < kWsKeys / 16; ++kk) p_fragment(s, kk, p[kk]);
     }
   };
-  const Ops ops{q_addr, smem_address(sm_k), smem_address(sm_v)};
+  const Ops ops{smem_address(sm_q + me.group * kGroupRows * D), smem_address(sm_k), smem_address(sm_v),
+                a.scale * kLog2e};
 
   float o[D / 8][4];
   SoftmaxRows softmax;
-  warp_specialized_products<D, kWsKeys, kWsStages, 0, kWsKeys / 16>(tile, n, group, row_pos, score_scale, full0, o,
-                                                                    softmax, ops);
+  warp_specialized_products<D, kWsKeys, kWsStages, 0, kWsKeys / 16>(tile, n, me, bars, o, softmax, ops);
   // Q is no longer read by this warpgroup's MMAs: each warp stages its output rows there.
   store_output<D, Layout, kCopyThreads / 32>(tile, o, softmax, a.out_scale, sm_q);
 #endif
@@ -415,14 +435,6 @@ constexpr size_t fp8_mma_smem_bytes() {
 }
 
 #ifdef NANOVLLM_WGMMA
-// Two floats as E4M3 codes in one 16-bit word, `low` in the low byte (saturating: P is at most 2^8, Q's codes at
-// most 448 by their scale).
-__device__ __forceinline__ uint32_t e4m3x2(float low, float high) {
-  uint16_t packed;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(high), "f"(low));
-  return packed;
-}
-
 // The weights of keys 32kk .. 32kk + 31 as an E4M3 A fragment. The thread holds, of each 8-key n-tile, keys 2t and
 // 2t + 1: register 0 gets n-tiles 4kk and 4kk + 1 of row g (keys 2t, 2t + 1, 8 + 2t, 9 + 2t), which the fragment
 // calls k = 4t .. 4t + 3; the V tile stores those keys at those k (fp8_pv_key_at).
@@ -431,8 +443,8 @@ __device__ __forceinline__ void p_fragment_e4m3(const float (&s)[kN][4], int kk,
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int nt = 4 * kk + 2 * half;
-    p[2 * half] = e4m3x2(s[nt][0], s[nt][1]) | e4m3x2(s[nt + 1][0], s[nt + 1][1]) << 16;
-    p[2 * half + 1] = e4m3x2(s[nt][2], s[nt][3]) | e4m3x2(s[nt + 1][2], s[nt + 1][3]) << 16;
+    p[2 * half] = fp8x4_from_floats(s[nt][0], s[nt][1], s[nt + 1][0], s[nt + 1][1]);
+    p[2 * half + 1] = fp8x4_from_floats(s[nt][2], s[nt][3], s[nt + 1][2], s[nt + 1][3]);
   }
 }
 
@@ -457,7 +469,6 @@ __device__ __forceinline__ void quantise_q_row(const PagedAttentionArgs& a, cons
   }
   const float scale = fp8_scale_for_amax(amax);
   const float inv = 1.f / scale;
-  uint8_t* row = q_codes + (r / kGroupRows) * kGroupRows * 128 + (r % kGroupRows) * 128;
 #pragma unroll
   for (int chunk = 0; chunk < 8; ++chunk) {  // 16 codes from two 8-value loads
     uint32_t words[4];
@@ -465,9 +476,11 @@ __device__ __forceinline__ void quantise_q_row(const PagedAttentionArgs& a, cons
     for (int w = 0; w < 4; ++w) {
       const auto* h = reinterpret_cast<const __nv_bfloat162*>(&values[2 * chunk + w / 2]) + 2 * (w % 2);
       const float2 lo = __bfloat1622float2(h[0]), hi = __bfloat1622float2(h[1]);
-      words[w] = e4m3x2(lo.x * inv, lo.y * inv) | e4m3x2(hi.x * inv, hi.y * inv) << 16;
+      words[w] = fp8x4_from_floats(lo.x * inv, lo.y * inv, hi.x * inv, hi.y * inv);
     }
-    *reinterpret_cast<uint4*>(row + ((chunk ^ (r & 7)) << 4)) = make_uint4(words[0], words[1], words[2], words[3]);
+    // The two 64-row tiles lie back to back: row r of the CTA is row r of one 128-row tile.
+    *reinterpret_cast<uint4*>(q_codes + swizzled_byte_offset(r, chunk)) =
+        make_uint4(words[0], words[1], words[2], words[3]);
   }
   q_scale[r] = scale;
 }
@@ -486,13 +499,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   uint8_t* sm_v = sm_k + kFp8Stages * kFp8TileBytes;                                   // [kFp8Stages][kFp8TileBytes]
   auto* sm_out = reinterpret_cast<__nv_bfloat16*>(sm_v + kFp8Stages * kFp8TileBytes);  // [128 rows][D]
   auto* sm_q_scale = reinterpret_cast<float*>(sm_out + kRows * D);
-  const uint32_t full0 = smem_address(sm_q_scale + kRows);
-  const auto full = [&](int stage) { return full0 + 8u * static_cast<uint32_t>(stage); };
-  const auto empty = [&](int stage) { return full0 + 8u * static_cast<uint32_t>(kFp8Stages + stage); };
+  const StageBarriers<kFp8Stages> bars{smem_address(sm_q_scale + kRows)};
   start_after_previous_grid();
 
   PrefillTile tile;
-  if (!begin_warp_specialized_tile<D, kFp8Stages>(a, order, full0, tile)) return;
+  if (!begin_warp_specialized_tile<D, kFp8Stages>(a, order, bars, tile)) return;
   const int n = (tile.past + tile.last_row) / kFp8Keys + 1;
 
   if (threadIdx.x < kCopyThreads) {
@@ -504,26 +515,30 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       const size_t first = (static_cast<size_t>(tile.seq) * a.num_kv_heads + tile.kv_head) * tiles_per_seq;
       for (int j = 0; j < n; ++j) {
         const int stage = j % kFp8Stages;
-        if (j >= kFp8Stages) mbarrier_wait(empty(stage), (j / kFp8Stages - 1) & 1);
-        mbarrier_arrive_expect_tx(full(stage), 2u * kFp8TileBytes);
+        if (j >= kFp8Stages) mbarrier_wait(bars.empty(stage), (j / kFp8Stages - 1) & 1);
+        mbarrier_arrive_expect_tx(bars.full(stage), 2u * kFp8TileBytes);
         const size_t offset = (first + j) * kFp8TileBytes;
-        bulk_copy_to_shared(smem_address(sm_k + stage * kFp8TileBytes), k_tiles + offset, kFp8TileBytes, full(stage));
-        bulk_copy_to_shared(smem_address(sm_v + stage * kFp8TileBytes), v_tiles + offset, kFp8TileBytes, full(stage));
+        bulk_copy_to_shared(smem_address(sm_k + stage * kFp8TileBytes), k_tiles + offset, kFp8TileBytes,
+                            bars.full(stage));
+        bulk_copy_to_shared(smem_address(sm_v + stage * kFp8TileBytes), v_tiles + offset, kFp8TileBytes,
+                            bars.full(stage));
       }
     }
     return;
   }
   warpgroup_registers_up<232>();
 
-  const int ct = static_cast<int>(threadIdx.x) - kCopyThreads;  // 0 .. 255 over the computing warpgroups
-  const int warp = ct / 32;
-  const int group = warp / 4;
-  const int g = (ct % 32) >> 2;
-  int row_pos[2];
-  fragment_row_positions(tile, warp, g, row_pos);
-  const uint32_t q_addr = smem_address(sm_q + group * kGroupRows * 128);
+  const ComputingThread me = computing_thread(tile);
   struct Ops {
     uint32_t q_addr, k0, v0;
+    uint32_t q_scale_byte;  // of this thread's row g in the dynamic shared memory; row g + 8 eight floats further
+    float scale;            // a.scale x k_scale x log2(e)
+    __device__ void score_scales(float (&scale_out)[2]) const {
+      extern __shared__ unsigned char smem_raw[];
+      const auto* q_scale = reinterpret_cast<const float*>(smem_raw + q_scale_byte);
+      scale_out[0] = scale * q_scale[0];
+      scale_out[1] = scale * q_scale[8];
+    }
     __device__ void issue_scores(float (&s)[kFp8Keys / 8][4], int j) const {
       const uint32_t k_tile = k0 + (j % kFp8Stages) * kFp8TileBytes;
       wgmma_fence();
@@ -545,17 +560,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       for (int kk = 0; kk < kFp8Keys / 32; ++kk) p_fragment_e4m3(s, kk, p[kk]);
     }
   };
-  const Ops ops{q_addr, smem_address(sm_k), smem_address(sm_v)};
+  // The row scales are read once tile 0 is handed over: the copying warpgroup wrote them before.
+  const Ops ops{
+      smem_address(sm_q + me.group * kGroupRows * 128), smem_address(sm_k), smem_address(sm_v),
+      static_cast<uint32_t>(reinterpret_cast<const unsigned char*>(sm_q_scale + me.warp * kWarpRows + me.g) - smem_raw),
+      a.scale * a.k_scale * kLog2e};
 
   float o[D / 8][4];
   SoftmaxRows softmax;
-  mbarrier_wait(full(0), 0);  // Q's codes and scales were written before tile 0's handover
-  float score_scale[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr)
-    score_scale[rr] = a.scale * a.k_scale * kLog2e * sm_q_scale[warp * kWarpRows + g + 8 * rr];
-  warp_specialized_products<D, kFp8Keys, kFp8Stages, kFp8WeightLog2, kFp8Keys / 32>(
-      tile, n, group, row_pos, score_scale, full0, o, softmax, ops);
+  warp_specialized_products<D, kFp8Keys, kFp8Stages, kFp8WeightLog2, kFp8Keys / 32>(tile, n, me, bars, o, softmax, ops);
   store_output<D, PanelSwizzle<D>, kCopyThreads / 32>(tile, o, softmax, a.v_scale * a.out_scale, sm_out);
 #endif
 }

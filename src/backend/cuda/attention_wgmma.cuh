@@ -29,6 +29,10 @@ __host__ __device__ constexpr int panel_offset(int rows, int r, int chunk) {
   return (chunk >> 3) * rows * kPanelValues + r * kPanelValues + (((chunk & 7) ^ (r & 7)) << 3);
 }
 
+// Byte offset of 16-byte chunk `chunk` (0 .. 7) of row r in a tile of 128-byte rows (8-bit operands: 128 values a
+// row, so the tile is one panel).
+__host__ __device__ constexpr int swizzled_byte_offset(int r, int chunk) { return r * 128 + ((chunk ^ (r & 7)) << 4); }
+
 // Descriptor of a 128-byte-swizzled operand starting at shared address `addr` (a multiple of 16; the panel it
 // lies in starts on a 1024-byte boundary). leading / stride: byte offsets the PTX ISA defines per major-ness.
 __host__ __device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t addr, uint32_t leading, uint32_t stride) {

@@ -10,15 +10,18 @@
 
 namespace nanovllm::cuda {
 
+// Two floats as codes in the low 16 bits, `low` in the low byte.
+__device__ __forceinline__ uint32_t fp8x2_from_floats(float low, float high) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(low, high), __NV_SATFINITE, __NV_E4M3);
+}
+
+// Four floats as the four codes of one word, first in the low byte.
+__device__ __forceinline__ uint32_t fp8x4_from_floats(float f0, float f1, float f2, float f3) {
+  return fp8x2_from_floats(f0, f1) | fp8x2_from_floats(f2, f3) << 16;
+}
+
 __device__ __forceinline__ uint2 fp8x8_from_float(const float (&f)[8]) {
-  uint32_t word[2];
-#pragma unroll
-  for (int w = 0; w < 2; ++w) {
-    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(f[4 * w], f[4 * w + 1]), __NV_SATFINITE, __NV_E4M3);
-    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(f[4 * w + 2], f[4 * w + 3]), __NV_SATFINITE, __NV_E4M3);
-    word[w] = lo | (hi << 16);
-  }
-  return make_uint2(word[0], word[1]);
+  return make_uint2(fp8x4_from_floats(f[0], f[1], f[2], f[3]), fp8x4_from_floats(f[4], f[5], f[6], f[7]));
 }
 
 // Two codes (the low 16 bits of `pair`, first value in the low byte) as a half pair: one instruction.
