@@ -90,6 +90,9 @@ size_t fp8_prefill_shadow_bytes(const PagedAttentionArgs& args);
 // can (an FP8 cache, head_dim 128, blocks of 64+ keys), kWgmma where it also has prompts of over 2,048 rows,
 // kWgmmaFp8Mma wherever the cache is FP8 and head_dim 128.
 bool fp8_prefill_shadow_applies(const PagedAttentionArgs& args, PrefillKernel kernel);
+// Whether paged_attention_prefill with `kernel` and this shadow goes through it: it applies and is large enough.
+bool fp8_prefill_takes_shadow(const PagedAttentionArgs& args, PrefillKernel kernel, const void* shadow,
+                              size_t shadow_bytes);
 
 // Why the attention kernels cannot run a model with these heads, or "" when they can (head_dim 64 or 128, and a
 // decode group of at most 8 query heads per KV head). The backend asks when it is set up, so that such a model

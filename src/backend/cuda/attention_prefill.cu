@@ -128,10 +128,8 @@ void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream
   validate_args(args, "paged_attention_prefill");
   if (args.num_seqs == 0 || args.max_seqlen_q == 0) return;
   if (kernel == PrefillKernel::kWgmmaFp8Mma) return launch_fp8_mma_prefill(args, shadow, shadow_bytes, stream);
-  const bool through_shadow =
-      kernel == PrefillKernel::kWgmmaFp8Shadow ||
-      (fp8_prefill_shadow_applies(args, kernel) && shadow != nullptr && shadow_bytes >= fp8_prefill_shadow_bytes(args));
-  if (through_shadow) return launch_fp8_shadow_prefill(args, shadow, shadow_bytes, stream);
+  if (kernel == PrefillKernel::kWgmmaFp8Shadow || fp8_prefill_takes_shadow(args, kernel, shadow, shadow_bytes))
+    return launch_fp8_shadow_prefill(args, shadow, shadow_bytes, stream);
   if (kernel != PrefillKernel::kMmaSync) return launch_hopper_prefill(args, stream, kernel);
   if (args.head_dim == 64) {
     args.fp8_cache ? launch_prefill<64, true>(args, stream) : launch_prefill<64, false>(args, stream);

@@ -2,7 +2,8 @@
 // exactly, positions past a sequence's keys zero), laid out as num_seqs x ceil(max_seqlen_k / block_size) blocks
 // with a block table of their own, and the warp-specialised kernel (TMA copies of bf16 boxes) runs on them with
 // k_scale folded into the softmax scale and v_scale into the output. The decode is ~1% of the attention it feeds
-// for long prompts (a 16k-token chunk of a 30k-token prompt: 61 MB of codes read, 123 MB written, ~2.9 TFLOP),
+// for long prompts (computed for a 16k-token chunk of a 30k-token prompt: 61 MB of codes read, 123 MB written,
+// ~2.9 TFLOP),
 // while the FP8 kernels convert every K/V tile in shared memory for every query tile that reads it.
 // For the FP8-products kernel the shadow holds the launch's codes packed instead: per (sequence, KV head), tiles of
 // 128 keys, K as it is and V transposed, each already in the swizzled layout the kernel's MMAs read.
@@ -17,6 +18,7 @@
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_prefill_hopper.h"
 #include "backend/cuda/attention_prefill_tile.cuh"
+#include "backend/cuda/attention_wgmma.cuh"
 #include "backend/cuda/fp8_vec.cuh"
 #include "common/error.h"
 
@@ -130,7 +132,7 @@ __global__ void __launch_bounds__(kPackThreads)
       k = *reinterpret_cast<const uint4*>(k_codes + src);
       v = *reinterpret_cast<const uint4*>(v_codes + src);
     }
-    *reinterpret_cast<uint4*>(k_tiles + tile + r * 128 + ((c ^ (r & 7)) << 4)) = k;
+    *reinterpret_cast<uint4*>(k_tiles + tile + swizzled_byte_offset(r, c)) = k;
     auto* row = reinterpret_cast<uint32_t*>(v_rows + r * kPackRowStride + c * 16);
     row[0] = v.x, row[1] = v.y, row[2] = v.z, row[3] = v.w;
   }
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(kPackThreads)
         word |= static_cast<uint32_t>(v_rows[fp8_pv_key_at(16 * c + 4 * w + b) * kPackRowStride + d]) << (8 * b);
       words[w] = word;
     }
-    *reinterpret_cast<uint4*>(v_tiles + tile + d * 128 + ((c ^ (d & 7)) << 4)) =
+    *reinterpret_cast<uint4*>(v_tiles + tile + swizzled_byte_offset(d, c)) =
         make_uint4(words[0], words[1], words[2], words[3]);
   }
 }
@@ -223,6 +225,12 @@ bool fp8_prefill_shadow_applies(const PagedAttentionArgs& args, PrefillKernel ke
   if (kernel == PrefillKernel::kWgmmaFp8Shadow) return true;
   return kernel == PrefillKernel::kWgmma &&
          attention_detail::prefill_tile_order(args) == attention_detail::PrefillTileOrder::kPerSequence;
+}
+
+bool fp8_prefill_takes_shadow(const PagedAttentionArgs& args, PrefillKernel kernel, const void* shadow,
+                              size_t shadow_bytes) {
+  return shadow != nullptr && fp8_prefill_shadow_applies(args, kernel) &&
+         shadow_bytes >= fp8_prefill_shadow_bytes(args);
 }
 
 }  // namespace nanovllm::cuda

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -99,22 +100,18 @@ LinearDims check_linear(const char* op, const Tensor& x, const Tensor& weight, D
   return {static_cast<int>(m), static_cast<int>(n), static_cast<int>(k)};
 }
 
-// NANOVLLM_FP8_GEMM: unset or "auto" -> kAuto, "dequant" -> kDequantize, "block" -> kBlockScaled.
-Fp8LinearPath fp8_gemm_path_from_environment() {
-  const char* setting = std::getenv("NANOVLLM_FP8_GEMM");
-  if (setting == nullptr || std::strcmp(setting, "") == 0 || std::strcmp(setting, "auto") == 0)
-    return Fp8LinearPath::kAuto;
-  if (std::strcmp(setting, "dequant") == 0) return Fp8LinearPath::kDequantize;
-  if (std::strcmp(setting, "block") == 0) return Fp8LinearPath::kBlockScaled;
-  throw InvalidInput("NANOVLLM_FP8_GEMM is " + quoted_text(setting) + "; expected 'auto', 'dequant' or 'block'");
-}
-
-// NANOVLLM_FP8_ATTENTION: unset or "bf16" -> false, "fp8" -> true (an FP8 cache's long prompts multiply in E4M3).
-bool fp8_attention_products_from_environment() {
-  const char* setting = std::getenv("NANOVLLM_FP8_ATTENTION");
-  if (setting == nullptr || std::strcmp(setting, "") == 0 || std::strcmp(setting, "bf16") == 0) return false;
-  if (std::strcmp(setting, "fp8") == 0) return true;
-  throw InvalidInput("NANOVLLM_FP8_ATTENTION is " + quoted_text(setting) + "; expected 'bf16' or 'fp8'");
+// The value of environment variable `name` among `choices` (name, value); unset or empty is the first.
+template <typename T>
+T environment_choice(const char* name, std::initializer_list<std::pair<const char*, T>> choices) {
+  const char* setting = std::getenv(name);
+  if (setting == nullptr || *setting == '\0') return choices.begin()->second;
+  std::string expected;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const auto& [text, value] = choices.begin()[i];
+    if (std::strcmp(setting, text) == 0) return value;
+    expected += std::string(i == 0 ? "'" : i + 1 == choices.size() ? " or '" : ", '") + text + "'";
+  }
+  throw InvalidInput(std::string(name) + " is " + quoted_text(setting) + "; expected " + expected);
 }
 
 }  // namespace
@@ -134,8 +131,11 @@ CudaBackend::CudaBackend(int device_index) : device_(device_index) {
   gemm_ = std::make_unique<cuda::Gemm>(gemm_workspace_.data(), kGemmWorkspaceBytes);
   // Same workspace: both GEMMs run on this one stream, one after the other.
   fp8_gemm_ = std::make_unique<cuda::Fp8BlockGemm>(gemm_workspace_.data(), kGemmWorkspaceBytes);
-  fp8_gemm_path_ = fp8_gemm_path_from_environment();
-  fp8_attention_products_ = fp8_attention_products_from_environment();
+  fp8_gemm_path_ = environment_choice<Fp8LinearPath>("NANOVLLM_FP8_GEMM", {{"auto", Fp8LinearPath::kAuto},
+                                                                           {"dequant", Fp8LinearPath::kDequantize},
+                                                                           {"block", Fp8LinearPath::kBlockScaled}});
+  // An FP8 cache's long prompts multiply in bf16 (the shadow of their codes) or in E4M3.
+  fp8_attention_products_ = environment_choice<bool>("NANOVLLM_FP8_ATTENTION", {{"bf16", false}, {"fp8", true}});
 }
 
 CudaBackend::~CudaBackend() {
@@ -600,11 +600,12 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
 }
 
 void CudaBackend::run_prefill_attention(const cuda::PagedAttentionArgs& args) {
-  cuda::PrefillKernel kernel = prefill_kernel_;
-  if (fp8_attention_products_ && cuda::fp8_prefill_shadow_applies(args, kernel) &&
-      cuda::fp8_prefill_shadow_bytes(args) <= fp8_prefill_shadow_.bytes())
-    kernel = cuda::PrefillKernel::kWgmmaFp8Mma;
-  cuda::paged_attention_prefill(args, stream_, kernel, fp8_prefill_shadow_.data(), fp8_prefill_shadow_.bytes());
+  void* shadow = fp8_prefill_shadow_.data();
+  const size_t shadow_bytes = fp8_prefill_shadow_.bytes();
+  const bool e4m3 =
+      fp8_attention_products_ && cuda::fp8_prefill_takes_shadow(args, prefill_kernel_, shadow, shadow_bytes);
+  cuda::paged_attention_prefill(args, stream_, e4m3 ? cuda::PrefillKernel::kWgmmaFp8Mma : prefill_kernel_, shadow,
+                                shadow_bytes);
 }
 
 void CudaBackend::silu_and_mul(const Tensor& gate_up, Tensor& out) {

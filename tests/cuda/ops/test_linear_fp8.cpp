@@ -4,6 +4,8 @@
 // Above 16 rows the weight is dequantised to bf16 first (a rounding of ~2^-9 per weight) for cuBLASLt:
 // 1e-2 for both outputs. Shapes: Qwen3-0.6B's, N and K not multiples of 128 (partial scale blocks), an odd N.
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "tests/cuda/ops/ops_test_support.h"
 
@@ -100,6 +102,24 @@ TEST_F(CudaOpsTest, LinearFp8RefusesAnUnreservedWeight) {
   EXPECT_THROW(gpu().linear_fp8(gpu_bf16(x, {m, k}), gpu_empty(DType::F8_E4M3, {n, k}, false),
                                 gpu_empty(DType::F32, {n / 128, k / 128}, false), Tensor(), out),
                EngineError);
+}
+
+// The FP8 settings read from the environment refuse a value they do not know, naming the variable, the value and
+// the choices.
+TEST_F(CudaOpsTest, Fp8SettingsNameABadEnvironmentValue) {
+  for (const char* name : {"NANOVLLM_FP8_GEMM", "NANOVLLM_FP8_ATTENTION"}) {
+    setenv(name, "fastest", 1);
+    try {
+      CudaBackend backend(0);
+      ADD_FAILURE() << name << "=fastest was accepted";
+    } catch (const InvalidInput& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(name), std::string::npos) << what;
+      EXPECT_NE(what.find("'fastest'"), std::string::npos) << what;
+      EXPECT_NE(what.find(" or '"), std::string::npos) << what;
+    }
+    unsetenv(name);
+  }
 }
 
 }  // namespace
