@@ -24,7 +24,7 @@ constexpr int kFp8Block = static_cast<int>(kFp8BlockSize);  // FP8 weights: rows
 // FP8 weights below this many elements take their codes to bf16 on the integer pipes (kIntegerCodes). Measured on
 // an H200 (bench_gemv, µs, conversion instructions -> integer pipes, T = 1): Qwen3-8B qkv 10.45 -> 9.96, o_proj
 // 7.18 -> 6.55, but gate_up (100 M elements) 30.48 -> 31.16 and down (50 M) 16.40 -> 16.87; Qwen3-0.6B's every
-// projection 5-11% faster (qkv 3.89 -> 3.44, gate_up 4.33 -> 3.86).
+// projection 2-12% faster at T = 1-8 (qkv 3.89 -> 3.44, down 3.31 -> 3.18), within 1% at T = 16.
 constexpr int64_t kIntegerCodesMaxWeight = int64_t{32} << 20;
 
 // k per step: 4 lanes x one 16-byte W load each (8 bf16, or 16 FP8 codes).
