@@ -31,6 +31,13 @@ struct CublasLtPlan {
 // Up to max_count algorithms cuBLASLt's heuristic lists for `plan`, best first, with A and B 16-byte aligned (row
 // slices of activations are only that), C and D cd_alignment bytes and at most workspace_bytes of workspace. The
 // status of the first call that failed, or of the heuristic itself: whether a refusal is an error is the caller's.
+// The alignment (bytes, at most 16) that every row of an output whose rows start at `address` and lie
+// `row_bytes` apart keeps: the largest power of two dividing both (address 0: the rows alone).
+inline uint32_t output_alignment(uintptr_t address, size_t row_bytes) {
+  const uintptr_t bits = address | row_bytes | 16u;
+  return static_cast<uint32_t>(bits & (~bits + 1u));
+}
+
 cublasStatus_t list_algorithms(cublasLtHandle_t handle, const CublasLtPlan& plan, size_t workspace_bytes,
                                uint32_t cd_alignment, int max_count, std::vector<cublasLtMatmulAlgo_t>& algos);
 

@@ -9,12 +9,6 @@
 namespace nanovllm::cuda {
 namespace {
 
-// The largest power of two (at most 16) dividing both the address and the row pitch of `bytes_per_row`.
-int alignment_of(const void* p, size_t bytes_per_row) {
-  const size_t bits = reinterpret_cast<uintptr_t>(p) | bytes_per_row | 16u;
-  return static_cast<int>(bits & (~bits + 1u));
-}
-
 template <class T>
 void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
   NANOVLLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
@@ -37,7 +31,8 @@ Fp8BlockGemm::~Fp8BlockGemm() {
 
 Fp8BlockGemm::ShapeKey Fp8BlockGemm::key_of(const Fp8BlockGemmArgs& args) {
   return ShapeKey{args.m, args.n, args.k, args.bias != nullptr,
-                  alignment_of(args.out, static_cast<size_t>(args.n) * sizeof(__nv_bfloat16))};
+                  static_cast<int>(output_alignment(reinterpret_cast<uintptr_t>(args.out),
+                                                    static_cast<size_t>(args.n) * sizeof(__nv_bfloat16)))};
 }
 
 Fp8BlockGemm::Plan Fp8BlockGemm::create_plan(const ShapeKey& key) {

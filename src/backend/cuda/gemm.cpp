@@ -59,7 +59,7 @@ Gemm::Plan Gemm::create_plan(const ShapeKey& key) {
 std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Plan& plan, const ShapeKey& key, int max_count) {
   // Output rows are N elements apart, so an odd vocabulary (N % 8 != 0) leaves them only 2- or 4-byte aligned.
   const uint32_t row_bytes = static_cast<uint32_t>(key.n) * (key.out == DType::F32 ? 4u : 2u);
-  const uint32_t cd_alignment = std::min<uint32_t>(16u, row_bytes & (~row_bytes + 1u));  // largest power of 2 dividing
+  const uint32_t cd_alignment = output_alignment(0, row_bytes);
   std::vector<cublasLtMatmulAlgo_t> algos;
   NANOVLLM_CUBLAS_CHECK(list_algorithms(handle_, plan, workspace_bytes_, cd_alignment, max_count, algos));
   if (algos.empty()) {
