@@ -45,13 +45,24 @@ size_t decode_workspace_counter_bytes(int num_seqs, int num_kv_heads);
 // The most sequences one decode launch takes.
 int decode_max_num_seqs();
 
+// The decode's key loop. kCudaCores: fp32 dot products and P.V per lane, any cache and head_dim.
+// kTensorCores (a bf16 cache, head_dim 128): the GQA group's heads as the rows of mma.sync tiles, K and V staged
+// in shared memory by cp.async; its arithmetic no longer grows with the group, where the CUDA-core loop's does.
+// kAuto: tensor cores for such caches in launches of 32 or more sequences (where they measured faster in the
+// engine), else CUDA cores.
+enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
+
+// The key loop `requested` runs as for these arguments (kTensorCores falls back to kCudaCores where it does not
+// apply).
+DecodeKernel decode_kernel_for(const PagedAttentionArgs& args, DecodeKernel requested);
+
 // q_len == 1 for every sequence: split-KV (flash-decoding) over balanced ranges of the step's keys, one wave of
 // CTAs, each computing all query heads of a GQA group; the last CTA of each (sequence, KV head) cut by range
 // boundaries merges its pieces. seq_lens_k is read before the stream's previous kernel has completed
 // (programmatic launch): it must be written by a copy or by a kernel that does not let its dependents start
 // early. sm_count: the device's multiprocessor count (sizes the grid, one wave of CTAs).
 void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes, int sm_count,
-                            cudaStream_t stream);
+                            cudaStream_t stream, DecodeKernel kernel = DecodeKernel::kAuto);
 
 // Which prefill kernel runs. kMmaSync runs on every GPU; the others are sm_90a code, only for a device where
 // prefill_kernel_for_device() names kWgmma. kWgmma picks per launch between its two variants: the

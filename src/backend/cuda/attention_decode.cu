@@ -21,6 +21,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_decode_plan.cuh"
 #include "backend/cuda/bf16_vec.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -231,6 +232,59 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const
       write_row(item, o, total);
     }
   }
+}
+
+// After the key loop: the CTA's token groups (kGroupCount of them, each with its running max, sum and unnormalised
+// accumulators in shared memory) are merged, and a sequence in one range writes its output; otherwise the piece
+// writes a partial for the merge. Read from shared memory rather than kept through the key loop (registers, see
+// merge_if_last).
+template <int D, int G, int kGroupCount, bool kFp8>
+__device__ __forceinline__ void finish_piece(const PagedAttentionArgs& a, const Piece& piece,
+                                             const float (*sm_acc)[G][D], const float (*sm_max)[G],
+                                             const float (*sm_sum)[G], float* ws_acc, float* ws_ml, int* counters_end) {
+  const int row = a.cu_seqlens_q[piece.seq + 1] - 1;
+  const int group_size = a.num_heads / a.num_kv_heads;
+  const int head0 = blockIdx.x * group_size;
+  const int tid = threadIdx.x;
+  const bool single = piece.count == 1;
+  constexpr int kQuads = D / 4;  // 4 output dims per work item
+  for (int item = tid; item < group_size * kQuads; item += kDecodeThreads) {
+    const int h = item / kQuads;
+    const int d4 = (item % kQuads) * 4;
+    float cta_max = -INFINITY;
+#pragma unroll
+    for (int g = 0; g < kGroupCount; ++g) cta_max = fmaxf(cta_max, sm_max[g][h]);
+    float sum = 0.f;
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    if (cta_max != -INFINITY) {
+#pragma unroll
+      for (int g = 0; g < kGroupCount; ++g) {
+        const float w = exp2f(sm_max[g][h] - cta_max);  // 0 for groups that saw no key
+        sum += sm_sum[g][h] * w;
+        const float4 part = *reinterpret_cast<const float4*>(&sm_acc[g][h][d4]);
+        o[0] = fmaf(w, part.x, o[0]);
+        o[1] = fmaf(w, part.y, o[1]);
+        o[2] = fmaf(w, part.z, o[2]);
+        o[3] = fmaf(w, part.w, o[3]);
+      }
+    }
+    const float inv = sum > 0.f ? (kFp8 ? a.v_scale : 1.f) / sum : 0.f;  // partials carry v_scale too
+    if (single) {
+      __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D + d4;
+      uint2 packed;
+      packed.x = pack_bf16x2(o[0] * inv, o[1] * inv);
+      packed.y = pack_bf16x2(o[2] * inv, o[3] * inv);
+      *reinterpret_cast<uint2*>(dst) = packed;
+    } else {
+      const size_t slot = static_cast<size_t>(piece.slot) * a.num_heads + head0 + h;
+      *reinterpret_cast<float4*>(ws_acc + slot * D + d4) = make_float4(o[0] * inv, o[1] * inv, o[2] * inv, o[3] * inv);
+      if (d4 == 0) {
+        ws_ml[2 * slot] = cta_max;
+        ws_ml[2 * slot + 1] = sum;
+      }
+    }
+  }
+  if (!single) merge_if_last<D, G>(a, piece, ws_acc, ws_ml, counters_end);
 }
 
 // One piece: keys [kv_begin, kv_end) of sequence `seq` (the rest of it in `piece`). D: head_dim; G: query heads
@@ -476,47 +530,87 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
   }
   __syncthreads();
 
-  // A sequence in one range writes its output; otherwise a partial for the merge. Read from shared memory rather
-  // than kept through the key loop (registers, see merge_if_last).
-  const bool single = piece.count == 1;
-  constexpr int kQuads = D / 4;  // 4 output dims per work item
-  for (int item = tid; item < group_size * kQuads; item += kDecodeThreads) {
-    const int h = item / kQuads;
-    const int d4 = (item % kQuads) * 4;
-    float cta_max = -INFINITY;
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) cta_max = fmaxf(cta_max, sm_max[g][h]);
-    float sum = 0.f;
-    float o[4] = {0.f, 0.f, 0.f, 0.f};
-    if (cta_max != -INFINITY) {
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        const float w = exp2f(sm_max[g][h] - cta_max);  // 0 for groups that saw no key
-        sum += sm_sum[g][h] * w;
-        const float4 part = *reinterpret_cast<const float4*>(&sm_acc[g][h][d4]);
-        o[0] = fmaf(w, part.x, o[0]);
-        o[1] = fmaf(w, part.y, o[1]);
-        o[2] = fmaf(w, part.z, o[2]);
-        o[3] = fmaf(w, part.w, o[3]);
-      }
+  finish_piece<D, G, kGroups, kFp8>(a, piece, sm_acc, sm_max, sm_sum, ws_acc, ws_ml, counters_end);
+}
+
+// The tensor-core loop's stages: each warp keeps kMmaStages - 1 chunks (8 KiB each) in flight; its four warps'
+// rings (96 KiB) fit two CTAs an SM, 128 KiB of copies in flight per SM.
+constexpr int kMmaStages = 3;
+// kAuto takes the tensor-core loop for launches of at least this many sequences. Measured in the engine (H200,
+// Qwen3-8B, 1,024-token contexts, ms/token CUDA cores -> tensor cores): batch 32 6.63 -> 6.07, batch 64 8.28 ->
+// 7.28, but batch 16 6.31 -> 8.50 and batch 1 4.98 -> 5.81, although the kernel alone is faster there too
+// (bench_attention). Steps of up to 16 rows run the decode GEMV between the attention launches, and with it the
+// tensor-core loop loses; the cause is not established (neither an ordinary launch, a later trigger of the next
+// kernel, fewer stages nor shared memory that keeps the next kernel's CTAs off the SM changed it).
+constexpr int kMmaMinSeqs = 32;
+constexpr int kMmaMinCtas = 2;
+constexpr int kMmaRingOffset = ((kDecodeMaxSeqs + 1) * 8 + 127) / 128 * 128;  // after the largest prefix array
+constexpr int kMmaSmemBytes = kMmaRingOffset + kDecodeWarps * kMmaStages * kMmaStageBytes;
+
+// One piece on tensor cores (bf16 cache, head_dim 128; attention_decode_mma.cuh): each warp takes every fourth
+// chunk of 16 keys and keeps kMmaStages - 1 chunks in flight in its own ring of shared-memory stages (cp.async,
+// waited per lane and published to the warp by __syncwarp: no CTA-wide barrier inside the loop). The block
+// table entry of the next chunk to copy is loaded one chunk ahead, so the copies do not wait on it.
+template <int G>
+__device__ __forceinline__ void attend_piece_mma(const PagedAttentionArgs& a, int seq, int kv_begin, int kv_end,
+                                                 const Piece& piece, float* ws_acc, float* ws_ml, int* counters_end,
+                                                 unsigned char* ring) {
+  constexpr int D = kMmaDecodeDim;
+  constexpr int kStride = kDecodeWarps * kMmaChunkKeys;  // keys between a warp's consecutive chunks
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int kv_head = blockIdx.x;
+  const int row = a.cu_seqlens_q[seq + 1] - 1;
+  const int group_size = a.num_heads / a.num_kv_heads;
+  DecodeMmaWarp<G> state;
+  state.load_queries(a.q + static_cast<size_t>(row) * a.num_heads * D + kv_head * group_size * D, group_size, a.scale,
+                     lane);
+
+  const auto* k_cache = static_cast<const __nv_bfloat16*>(a.k_cache);
+  const auto* v_cache = static_cast<const __nv_bfloat16*>(a.v_cache);
+  const size_t slot_stride = static_cast<size_t>(a.num_kv_heads) * D;
+  const size_t head_offset = static_cast<size_t>(kv_head) * D;
+  const int* table = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
+  const int block_shift = __ffs(a.block_size) - 1;
+  const int block_mask = a.block_size - 1;
+  const uint32_t my_ring = smem_address(ring) + warp * kMmaStages * kMmaStageBytes;
+
+  // Chunks to copy start at next_copy (this warp's); next_block is the block holding it (a chunk of 16 aligned
+  // keys lies in one block: blocks hold a power of two >= 16 keys).
+  int next_copy = kv_begin + warp * kMmaChunkKeys;
+  int next_block = next_copy < kv_end ? __ldg(table + (next_copy >> block_shift)) : 0;
+  int copied = 0;  // chunks issued so far (each a commit group, empty past the end)
+  const auto issue_next = [&] {
+    if (next_copy < kv_end) {
+      const size_t base =
+          (static_cast<size_t>(next_block) * a.block_size + (next_copy & block_mask)) * slot_stride + head_offset;
+      stage_decode_chunk(my_ring + (copied % kMmaStages) * kMmaStageBytes, k_cache, v_cache, base, slot_stride,
+                         next_copy, kv_end, lane);
+      next_copy += kStride;
+      if (next_copy < kv_end) next_block = __ldg(table + (next_copy >> block_shift));
     }
-    const float inv = sum > 0.f ? (kFp8 ? a.v_scale : 1.f) / sum : 0.f;  // partials carry v_scale too
-    if (single) {
-      __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D + d4;
-      uint2 packed;
-      packed.x = pack_bf16x2(o[0] * inv, o[1] * inv);
-      packed.y = pack_bf16x2(o[2] * inv, o[3] * inv);
-      *reinterpret_cast<uint2*>(dst) = packed;
-    } else {
-      const size_t slot = static_cast<size_t>(piece.slot) * a.num_heads + head0 + h;
-      *reinterpret_cast<float4*>(ws_acc + slot * D + d4) = make_float4(o[0] * inv, o[1] * inv, o[2] * inv, o[3] * inv);
-      if (d4 == 0) {
-        ws_ml[2 * slot] = cta_max;
-        ws_ml[2 * slot + 1] = sum;
-      }
-    }
+    cp_async_commit();
+    ++copied;
+  };
+#pragma unroll
+  for (int i = 0; i < kMmaStages - 1; ++i) issue_next();
+  int done = 0;
+  for (int key0 = kv_begin + warp * kMmaChunkKeys; key0 < kv_end; key0 += kStride, ++done) {
+    issue_next();                     // kMmaStages - 1 chunks ahead of this one
+    cp_async_wait<kMmaStages - 1>();  // this lane's copies of chunk `done` have landed
+    __syncwarp();                     // and every lane's
+    state.attend_chunk(my_ring + (done % kMmaStages) * kMmaStageBytes, key0, kv_end, lane);
+    __syncwarp();  // the stage is read before a later copy reuses it
   }
-  if (!single) merge_if_last<D, G>(a, piece, ws_acc, ws_ml, counters_end);
+  cp_async_wait<0>();
+
+  // The per-warp results go through shared memory that aliases the ring: every warp must be done with it.
+  __shared__ float sm_max[kDecodeWarps][G];
+  __shared__ float sm_sum[kDecodeWarps][G];
+  auto* sm_acc = reinterpret_cast<float(*)[G][D]>(ring);
+  __syncthreads();
+  state.store(sm_acc, sm_max, sm_sum, warp, lane);
+  __syncthreads();
+  finish_piece<D, G, kDecodeWarps, false>(a, piece, sm_acc, sm_max, sm_sum, ws_acc, ws_ml, counters_end);
 }
 
 // Resident CTAs per SM the kernel is compiled for: the most whose register budget the key loop fits without
@@ -529,10 +623,11 @@ constexpr int decode_min_ctas(int group, bool fp8) {
 }
 
 // The CTA of (KV head blockIdx.x, range blockIdx.y): the range's pieces one after the other.
-template <int D, int G, bool kFp8>
-__global__ void __launch_bounds__(kDecodeThreads, decode_min_ctas(G, kFp8))
+// kMma: the tensor-core key loop (bf16, D = 128), whose stages follow the prefix array at kMmaRingOffset.
+template <int D, int G, bool kFp8, bool kMma>
+__global__ void __launch_bounds__(kDecodeThreads, kMma ? kMmaMinCtas : decode_min_ctas(G, kFp8))
     decode_split_kernel(PagedAttentionArgs a, float* ws_acc, float* ws_ml, int* counters_end) {
-  extern __shared__ long long seq_prefix[];  // [num_seqs + 1]
+  extern __shared__ __align__(128) long long seq_prefix[];  // [num_seqs + 1]; then the MMA stages
   __shared__ Piece piece;
   __shared__ int longest;
   allow_next_grid();
@@ -560,34 +655,50 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_min_ctas(G, kFp8))
       piece.slot = seq + range;
     }
     __syncthreads();
-    attend_piece<D, G, kFp8>(a, seq, keys.begin, keys.end, piece, ws_acc, ws_ml, counters_end);
+    if constexpr (kMma) {
+      static_assert(D == kMmaDecodeDim && !kFp8, "the tensor-core key loop takes a bf16 cache, head_dim 128");
+      attend_piece_mma<G>(a, seq, keys.begin, keys.end, piece, ws_acc, ws_ml, counters_end,
+                          reinterpret_cast<unsigned char*>(seq_prefix) + kMmaRingOffset);
+    } else {
+      attend_piece<D, G, kFp8>(a, seq, keys.begin, keys.end, piece, ws_acc, ws_ml, counters_end);
+    }
     seq = piece.seq;  // reloaded: kept live through the piece, it would cost registers
     __syncthreads();  // shared memory is written again by the next piece
   }
 }
 
-constexpr int kPrefixBytes = (kDecodeMaxSeqs + 1) * sizeof(long long);  // the largest prefix array
+// Dynamic shared memory of decode_split_kernel: the prefix array, or for the tensor-core loop the largest prefix
+// array and the stages.
+template <bool kMma>
+size_t decode_dynamic_smem(int num_seqs) {
+  return kMma ? kMmaSmemBytes : (static_cast<size_t>(num_seqs) + 1) * sizeof(long long);
+}
 
-// Resident CTAs per SM of decode_split_kernel<D, G, kFp8> with the largest prefix array (its own arrays and the
-// prefix stay within the 48 KiB a kernel gets without asking). Occupancy depends on the kernel and the GPU's
-// kind only, so it is asked once per instantiation: the cache is a static of this template, keyed on the
-// kernel's parameters (every instantiation has the same function type, so a cache keyed on that type would hand
-// the first kernel's answer to all of them).
-template <int D, int G, bool kFp8>
+// Resident CTAs per SM of decode_split_kernel<D, G, kFp8, kMma> with the largest prefix array (the CUDA-core
+// kernel's own arrays and the prefix stay within the 48 KiB a kernel gets without asking; the tensor-core one asks
+// for its stages here, before its first launch). Occupancy depends on the kernel and the GPU's kind only, so it
+// is asked once per instantiation: the cache is a static of this template, keyed on the kernel's parameters
+// (every instantiation has the same function type, so a cache keyed on that type would hand the first kernel's
+// answer to all of them).
+template <int D, int G, bool kFp8, bool kMma>
 int decode_ctas_per_sm() {
   static const int per_sm = [] {
+    const auto kernel = decode_split_kernel<D, G, kFp8, kMma>;
+    const size_t smem = decode_dynamic_smem<kMma>(kDecodeMaxSeqs);
+    if constexpr (kMma)
+      NANOVLLM_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     int blocks = 0;
-    NANOVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_split_kernel<D, G, kFp8>,
-                                                                      kDecodeThreads, kPrefixBytes));
+    NANOVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kDecodeThreads, smem));
     return std::clamp(blocks, 1, kDecodeMaxCtasPerSm);
   }();
   return per_sm;
 }
 
-template <int D, int G, bool kFp8>
+template <int D, int G, bool kFp8, bool kMma>
 void launch_split(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, int sm_count,
                   cudaStream_t stream) {
-  const int num_ranges = decode_num_ranges(decode_ctas_per_sm<D, G, kFp8>(), sm_count, a.num_kv_heads);
+  const int num_ranges = decode_num_ranges(decode_ctas_per_sm<D, G, kFp8, kMma>(), sm_count, a.num_kv_heads);
   const size_t slots = decode_slot_bound(a.num_seqs, num_ranges) * a.num_heads;
   const size_t need = slots * (D + 2) * sizeof(float) + decode_workspace_counter_bytes(a.num_seqs, a.num_kv_heads);
   if (workspace == nullptr || workspace_bytes < need)
@@ -601,38 +712,42 @@ void launch_split(const PagedAttentionArgs& a, void* workspace, size_t workspace
   float* ws_acc = static_cast<float*>(workspace);
   float* ws_ml = ws_acc + slots * D;
   int* counters_end = reinterpret_cast<int*>(static_cast<char*>(workspace) + workspace_bytes);
-  const size_t prefix_bytes = (static_cast<size_t>(a.num_seqs) + 1) * sizeof(long long);
-  launch_programmatic("decode_split_kernel", decode_split_kernel<D, G, kFp8>, dim3(a.num_kv_heads, num_ranges),
-                      dim3(kDecodeThreads), prefix_bytes, stream, a, ws_acc, ws_ml, counters_end);
+  launch_programmatic("decode_split_kernel", decode_split_kernel<D, G, kFp8, kMma>, dim3(a.num_kv_heads, num_ranges),
+                      dim3(kDecodeThreads), decode_dynamic_smem<kMma>(a.num_seqs), stream, a, ws_acc, ws_ml,
+                      counters_end);
 }
 
 template <int D, int G>
 void launch_decode(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, int sm_count,
-                   cudaStream_t stream) {
-  if (a.fp8_cache) return launch_split<D, G, true>(a, workspace, workspace_bytes, sm_count, stream);
-  launch_split<D, G, false>(a, workspace, workspace_bytes, sm_count, stream);
+                   DecodeKernel kernel, cudaStream_t stream) {
+  if (a.fp8_cache) return launch_split<D, G, true, false>(a, workspace, workspace_bytes, sm_count, stream);
+  if constexpr (D == kMmaDecodeDim) {
+    if (decode_kernel_for(a, kernel) == DecodeKernel::kTensorCores)
+      return launch_split<D, G, false, true>(a, workspace, workspace_bytes, sm_count, stream);
+  }
+  launch_split<D, G, false, false>(a, workspace, workspace_bytes, sm_count, stream);
 }
 
 template <int D>
 void dispatch_group(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, int sm_count,
-                    cudaStream_t stream) {
+                    DecodeKernel kernel, cudaStream_t stream) {
   switch (a.num_heads / a.num_kv_heads) {
     case 1:
-      return launch_decode<D, 1>(a, workspace, workspace_bytes, sm_count, stream);
+      return launch_decode<D, 1>(a, workspace, workspace_bytes, sm_count, kernel, stream);
     case 2:
-      return launch_decode<D, 2>(a, workspace, workspace_bytes, sm_count, stream);
+      return launch_decode<D, 2>(a, workspace, workspace_bytes, sm_count, kernel, stream);
     case 3:
-      return launch_decode<D, 3>(a, workspace, workspace_bytes, sm_count, stream);
+      return launch_decode<D, 3>(a, workspace, workspace_bytes, sm_count, kernel, stream);
     case 4:
-      return launch_decode<D, 4>(a, workspace, workspace_bytes, sm_count, stream);
+      return launch_decode<D, 4>(a, workspace, workspace_bytes, sm_count, kernel, stream);
     case 5:
-      return launch_decode<D, 5>(a, workspace, workspace_bytes, sm_count, stream);
+      return launch_decode<D, 5>(a, workspace, workspace_bytes, sm_count, kernel, stream);
     case 6:
-      return launch_decode<D, 6>(a, workspace, workspace_bytes, sm_count, stream);
+      return launch_decode<D, 6>(a, workspace, workspace_bytes, sm_count, kernel, stream);
     case 7:
-      return launch_decode<D, 7>(a, workspace, workspace_bytes, sm_count, stream);
+      return launch_decode<D, 7>(a, workspace, workspace_bytes, sm_count, kernel, stream);
     default:
-      return launch_decode<D, 8>(a, workspace, workspace_bytes, sm_count, stream);
+      return launch_decode<D, 8>(a, workspace, workspace_bytes, sm_count, kernel, stream);
   }
 }
 
@@ -661,8 +776,21 @@ std::string unsupported_attention_heads(int num_heads, int num_kv_heads, int hea
   return "";
 }
 
+DecodeKernel decode_kernel_for(const PagedAttentionArgs& args, DecodeKernel requested) {
+  const bool mma_fits = !args.fp8_cache && args.head_dim == kMmaDecodeDim;
+  switch (requested) {
+    case DecodeKernel::kTensorCores:
+      return mma_fits ? DecodeKernel::kTensorCores : DecodeKernel::kCudaCores;
+    case DecodeKernel::kCudaCores:
+      return DecodeKernel::kCudaCores;
+    case DecodeKernel::kAuto:
+      break;
+  }
+  return mma_fits && args.num_seqs >= kMmaMinSeqs ? DecodeKernel::kTensorCores : DecodeKernel::kCudaCores;
+}
+
 void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes, int sm_count,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, DecodeKernel kernel) {
   validate_args(args, "paged_attention_decode");
   const int group_size = args.num_heads / args.num_kv_heads;
   if (group_size > kDecodeMaxGroup)
@@ -675,9 +803,9 @@ void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, siz
   if (sm_count <= 0)
     throw EngineError("paged_attention_decode: sm_count " + std::to_string(sm_count) + " must be at least 1");
   if (args.head_dim == 64) {
-    dispatch_group<64>(args, workspace, workspace_bytes, sm_count, stream);
+    dispatch_group<64>(args, workspace, workspace_bytes, sm_count, kernel, stream);
   } else {
-    dispatch_group<128>(args, workspace, workspace_bytes, sm_count, stream);
+    dispatch_group<128>(args, workspace, workspace_bytes, sm_count, kernel, stream);
   }
 }
 

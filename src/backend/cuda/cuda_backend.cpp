@@ -136,6 +136,10 @@ CudaBackend::CudaBackend(int device_index) : device_(device_index) {
                                                                            {"block", Fp8LinearPath::kBlockScaled}});
   // An FP8 cache's long prompts multiply in bf16 (the shadow of their codes) or in E4M3.
   fp8_attention_products_ = environment_choice<bool>("NANOVLLM_FP8_ATTENTION", {{"bf16", false}, {"fp8", true}});
+  decode_kernel_ =
+      environment_choice<cuda::DecodeKernel>("NANOVLLM_DECODE_ATTENTION", {{"auto", cuda::DecodeKernel::kAuto},
+                                                                           {"cores", cuda::DecodeKernel::kCudaCores},
+                                                                           {"mma", cuda::DecodeKernel::kTensorCores}});
 }
 
 CudaBackend::~CudaBackend() {
@@ -576,7 +580,7 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
     require(reserved_, op, "reserve() must be called before decode attention (it sizes the split-KV workspace)");
   if (batch.decode_only) {
     cuda::paged_attention_decode(args, attention_workspace_.data(), attention_workspace_.bytes(),
-                                 props_.multiProcessorCount, stream_);
+                                 props_.multiProcessorCount, stream_, decode_kernel_);
   } else if (batch.num_decode_rows > 0) {
     // A mixed step: the decode rows through the split-KV decode kernel, the prompt chunks after them through the
     // prefill kernel. In the prefill launch a decode row would take a whole query tile and read its keys once per
@@ -587,7 +591,7 @@ void CudaBackend::paged_attention(const Tensor& q, const KvCacheLayer& cache, co
     decode.num_seqs = d;
     decode.max_seqlen_q = 1;
     cuda::paged_attention_decode(decode, attention_workspace_.data(), attention_workspace_.bytes(),
-                                 props_.multiProcessorCount, stream_);
+                                 props_.multiProcessorCount, stream_, decode_kernel_);
     cuda::PagedAttentionArgs prefill = args;
     prefill.cu_seqlens_q += d;
     prefill.seq_lens_k += d;

@@ -157,6 +157,8 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxFp8PrefillShadowBytes = size_t{2} << 30;
   // Where the shadow applies, multiply in E4M3 (kWgmmaFp8Mma) instead of bf16: NANOVLLM_FP8_ATTENTION=fp8.
   bool fp8_attention_products_ = false;
+  // Decode attention's key loop: NANOVLLM_DECODE_ATTENTION=auto (default) | cores | mma, for A/B runs.
+  cuda::DecodeKernel decode_kernel_ = cuda::DecodeKernel::kAuto;
   Buffer sampler_workspace_;
   Buffer fp8_weight_scratch_;  // bf16, the largest FP8 weight reserved
   std::unique_ptr<cuda::Fp8BlockGemm> fp8_gemm_;

@@ -1,5 +1,6 @@
 // bench_attention: decode attention time against the memory floor (bytes of K+V read / measured copy
 // bandwidth) and prefill attention TFLOP/s. Not a test; prints one table. Usage: bench_attention [reps]
+// [prefill | decode] (those rows alone). Decode rows name the key loop (cores / mma; * = the one kAuto runs).
 // Decode columns: "us/call" is one call between two events (host launch latency included), "us queued" the
 // mean of 16 calls queued back to back (what a CUDA graph sees); GB/s and % of copy use the queued time.
 #include <cuda_bf16.h>
@@ -192,27 +193,37 @@ void bench_decode_lens(const Shape& s, const std::vector<int>& lens, int bound, 
   DeviceBuffer ws(ws_bytes);
   check(cudaMemset(ws.ptr, 0, std::max<size_t>(ws_bytes, 16)), "zero workspace");  // the decode's arrival counters
   auto args = make_args(s, batch, 1, bound, q, k, v, cu_d, lens_d, out, fp8);
-  const auto call = [&](int rep) {
-    args.block_tables = table.as<int>() + static_cast<size_t>(rep % tables) * needed;
-    nanovllm::cuda::paged_attention_decode(args, ws.ptr, ws_bytes, sm_count(), nullptr);
-  };
-  const double us = time_us(reps, call);
-  // 16 calls queued back to back between one pair of events: launch latency hidden, as in a CUDA graph.
-  constexpr int kBurst = 16;
-  const double burst_us = time_us(std::max(reps / 4, 3),
-                                  [&](int rep) {
-                                    for (int i = 0; i < kBurst; ++i) call(rep * kBurst + i);
-                                  }) /
-                          kBurst;
-  check(cudaDeviceSynchronize(), "decode");
-  const double keys = std::accumulate(lens.begin(), lens.end(), 0.0);
-  const double bytes = 2.0 * keys * s.num_kv_heads * s.head_dim * elem;  // K + V
-  const double gbs = bytes / (burst_us * 1e-6) / 1e9;
-  std::printf(
-      "decode  %-10s %s batch %4d ctx %11s | %8.1f us/call | %8.1f us queued | %8.1f MB | "
-      "%6.0f GB/s | %5.1f%% of copy | floor %7.1f us\n",
-      s.name, fp8 ? "fp8 " : "bf16", batch, label, us, burst_us, bytes / 1e6, gbs, 100.0 * gbs / copy_gbs,
-      bytes / (copy_gbs * 1e9) * 1e6);
+  // Every key loop that takes these arguments: the CUDA-core one, and the tensor-core one where it applies.
+  using nanovllm::cuda::DecodeKernel;
+  std::vector<DecodeKernel> loops = {DecodeKernel::kCudaCores};
+  if (nanovllm::cuda::decode_kernel_for(args, DecodeKernel::kTensorCores) == DecodeKernel::kTensorCores)
+    loops.push_back(DecodeKernel::kTensorCores);
+  const bool is_auto_choice_mma =
+      nanovllm::cuda::decode_kernel_for(args, DecodeKernel::kAuto) == DecodeKernel::kTensorCores;
+  for (const DecodeKernel loop : loops) {
+    const auto call = [&](int rep) {
+      args.block_tables = table.as<int>() + static_cast<size_t>(rep % tables) * needed;
+      nanovllm::cuda::paged_attention_decode(args, ws.ptr, ws_bytes, sm_count(), nullptr, loop);
+    };
+    const double us = time_us(reps, call);
+    // 16 calls queued back to back between one pair of events: launch latency hidden, as in a CUDA graph.
+    constexpr int kBurst = 16;
+    const double burst_us = time_us(std::max(reps / 4, 3),
+                                    [&](int rep) {
+                                      for (int i = 0; i < kBurst; ++i) call(rep * kBurst + i);
+                                    }) /
+                            kBurst;
+    check(cudaDeviceSynchronize(), "decode");
+    const double keys = std::accumulate(lens.begin(), lens.end(), 0.0);
+    const double bytes = 2.0 * keys * s.num_kv_heads * s.head_dim * elem;  // K + V
+    const double gbs = bytes / (burst_us * 1e-6) / 1e9;
+    const bool mma = loop == DecodeKernel::kTensorCores;
+    std::printf(
+        "decode  %-10s %s %-5s%s batch %4d ctx %11s | %8.1f us/call | %8.1f us queued | %8.1f MB | "
+        "%6.0f GB/s | %5.1f%% of copy | floor %7.1f us\n",
+        s.name, fp8 ? "fp8 " : "bf16", mma ? "mma" : "cores", mma == is_auto_choice_mma ? "*" : " ", batch, label, us,
+        burst_us, bytes / 1e6, gbs, 100.0 * gbs / copy_gbs, bytes / (copy_gbs * 1e9) * 1e6);
+  }
 }
 
 void bench_decode(const Shape& s, int batch, int ctx, double copy_gbs, int reps, bool fp8 = false) {
@@ -279,6 +290,7 @@ void bench_prefill(const Shape& s, int batch, int len, int reps, bool fp8 = fals
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
   const bool prefill_only = argc > 2 && std::string(argv[2]) == "prefill";
+  const bool decode_only = argc > 2 && std::string(argv[2]) == "decode";
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("bench_attention: no CUDA device\n");
@@ -303,6 +315,19 @@ int main(int argc, char** argv) {
     bench_prefill(d64, 16, 1024, reps);
     bench_prefill(qwen06, 16, 1024, reps, true);
     bench_prefill(qwen06, 1, 16384, reps, true);
+    return 0;
+  }
+  if (decode_only) {  // the decode rows alone, every GQA group of the engine's models and mixed lengths
+    for (const Shape& s : {qwen06, qwen8, qwen32}) {
+      bench_decode(s, 256, 1024, copy_gbs, reps);
+      bench_decode(s, 16, 16384, copy_gbs, reps);
+      bench_decode(s, 1, 32768, copy_gbs, reps);
+      bench_decode(s, 1, 4096, copy_gbs, reps);
+      bench_decode(s, 1, 512, copy_gbs, reps);
+      for (const int batch : {256, 128, 64, 32}) bench_decode_mixed(s, batch, 100, 2048, 4096, copy_gbs, reps);
+    }
+    for (const bool fp8 : {false, true}) bench_decode(qwen8, 256, 1024, copy_gbs, reps, fp8);
+    bench_decode(d64, 256, 1024, copy_gbs, reps);
     return 0;
   }
   bench_decode(qwen06, 256, 1024, copy_gbs, reps);

@@ -75,28 +75,37 @@ std::vector<KernelComparison> run_case(const Problem& p, Kernel kernel) {
   DeviceBatch dev = upload(p, host);
   std::vector<std::pair<std::string, std::vector<uint16_t>>> outs;
   if (kernel == Kernel::kDecode) {
-    poison_output(dev);
     const int num_seqs = static_cast<int>(p.seqs.size());
     const size_t ws_bytes = cuda::decode_workspace_bytes(num_seqs, p.num_heads, p.head_dim, device_sms());
     const size_t counter_bytes = cuda::decode_workspace_counter_bytes(num_seqs, p.num_kv_heads);
     DevicePtr workspace = device_alloc(ws_bytes);
-    // Partials poisoned (a read of one never written shows), the arrival counters at the end zeroed.
     char* ws = static_cast<char*>(workspace.get());
-    check(cudaMemset(ws, 0xff, std::max<size_t>(ws_bytes, 16)), "poison workspace");
-    if (ws_bytes) check(cudaMemset(ws + ws_bytes - counter_bytes, 0, counter_bytes), "zero counters");
-    cuda::paged_attention_decode(dev.args, ws, ws_bytes, device_sms(), nullptr);
-    outs.emplace_back("decode", download_output(dev));
-    // A second launch on the same workspace (as a graph replay does) finds the counters back at zero and
-    // writes the same bits.
-    poison_output(dev);
-    cuda::paged_attention_decode(dev.args, ws, ws_bytes, device_sms(), nullptr);
-    EXPECT_EQ(download_output(dev), outs.back().second) << "second launch on the same workspace: " << p.describe();
-    if (ws_bytes) {
-      std::vector<int> counters(counter_bytes / sizeof(int));
-      check(cudaMemcpy(counters.data(), ws + ws_bytes - counter_bytes, counter_bytes, cudaMemcpyDeviceToHost),
-            "download counters");
-      EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), static_cast<long>(counters.size()))
-          << "arrival counters not back at zero: " << p.describe();
+    // Every key loop that takes these arguments (the tensor-core one only where it applies).
+    std::vector<cuda::DecodeKernel> loops = {cuda::DecodeKernel::kCudaCores};
+    if (cuda::decode_kernel_for(dev.args, cuda::DecodeKernel::kTensorCores) == cuda::DecodeKernel::kTensorCores)
+      loops.push_back(cuda::DecodeKernel::kTensorCores);
+    for (const cuda::DecodeKernel loop : loops) {
+      const std::string name =
+          loop == cuda::DecodeKernel::kTensorCores ? "decode (tensor cores)" : "decode (CUDA cores)";
+      poison_output(dev);
+      // Partials poisoned (a read of one never written shows), the arrival counters at the end zeroed.
+      check(cudaMemset(ws, 0xff, std::max<size_t>(ws_bytes, 16)), "poison workspace");
+      if (ws_bytes) check(cudaMemset(ws + ws_bytes - counter_bytes, 0, counter_bytes), "zero counters");
+      cuda::paged_attention_decode(dev.args, ws, ws_bytes, device_sms(), nullptr, loop);
+      outs.emplace_back(name, download_output(dev));
+      // A second launch on the same workspace (as a graph replay does) finds the counters back at zero and
+      // writes the same bits.
+      poison_output(dev);
+      cuda::paged_attention_decode(dev.args, ws, ws_bytes, device_sms(), nullptr, loop);
+      EXPECT_EQ(download_output(dev), outs.back().second)
+          << name << ", second launch on the same workspace: " << p.describe();
+      if (ws_bytes) {
+        std::vector<int> counters(counter_bytes / sizeof(int));
+        check(cudaMemcpy(counters.data(), ws + ws_bytes - counter_bytes, counter_bytes, cudaMemcpyDeviceToHost),
+              "download counters");
+        EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), static_cast<long>(counters.size()))
+            << name << ", arrival counters not back at zero: " << p.describe();
+      }
     }
   } else {
     // The FP8 cache's bf16 shadow, poisoned, for every kernel as the engine gives it (kWgmma takes it for long
@@ -301,6 +310,34 @@ TEST(AttentionArgs, RejectsDecodeGroupAboveEight) {
   EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, kAnySmCount, nullptr), EngineError);
 }
 
+// Which key loop runs: tensor cores for a bf16 cache at head_dim 128 in launches of 32+ sequences (kAuto), or
+// when asked and they apply; CUDA cores otherwise.
+TEST(AttentionArgs, DecodeKeyLoopChoice) {
+  using cuda::DecodeKernel;
+  auto a = plausible_args();
+  a.head_dim = 128;
+  a.num_kv_heads = 8;
+  for (const int group : {1, 2, 4, 8}) {
+    a.num_heads = 8 * group;
+    for (const int seqs : {1, 16, 31, 32, 256}) {
+      a.num_seqs = seqs;
+      EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kAuto),
+                seqs >= 32 ? DecodeKernel::kTensorCores : DecodeKernel::kCudaCores)
+          << group << " " << seqs;
+      EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kTensorCores), DecodeKernel::kTensorCores) << group;
+      EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kCudaCores), DecodeKernel::kCudaCores) << group;
+    }
+  }
+  a.num_seqs = 64;
+  a.fp8_cache = true;
+  EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kTensorCores), DecodeKernel::kCudaCores);
+  EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kAuto), DecodeKernel::kCudaCores);
+  a.fp8_cache = false;
+  a.head_dim = 64;
+  EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kTensorCores), DecodeKernel::kCudaCores);
+  EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kAuto), DecodeKernel::kCudaCores);
+}
+
 TEST(AttentionArgs, RejectsTooFewBlocksForBound) {
   auto a = plausible_args();
   a.max_seqlen_k = 17;
@@ -478,7 +515,7 @@ std::string sweep_name(const testing::TestParamInfo<SweepParam>& info) {
 std::vector<SweepParam> all_sweep_params() {
   std::vector<SweepParam> v;
   for (int d : {64, 128})
-    for (int g : {1, 2, 4, 8})
+    for (int g : {1, 2, 3, 4, 6, 8})
       for (int bs : {16, 32, 64, 128, 256}) v.push_back({d, g, bs});
   return v;
 }
