@@ -27,10 +27,10 @@
 namespace nanovllm::cuda::attention_detail {
 
 constexpr int kMmaDecodeDim = 128;
-constexpr int kMmaChunkKeys = 16;                                      // keys a warp takes per step
-constexpr int kMmaRowBytes = kMmaDecodeDim * 2;                        // one key's bf16 head vector
-constexpr int kMmaTileBytes = kMmaChunkKeys * kMmaRowBytes;            // K (or V) of a chunk: 4 KiB
-constexpr int kMmaStageBytes = 2 * kMmaTileBytes;                      // K then V
+constexpr int kMmaChunkKeys = 16;                            // keys a warp takes per step
+constexpr int kMmaRowBytes = kMmaDecodeDim * 2;              // one key's bf16 head vector
+constexpr int kMmaTileBytes = kMmaChunkKeys * kMmaRowBytes;  // K (or V) of a chunk: 4 KiB
+constexpr int kMmaStageBytes = 2 * kMmaTileBytes;            // K then V
 
 // Byte offset of 16-byte unit `unit` (0..15) of key `key` (0..15) in a swizzled tile.
 __device__ __forceinline__ uint32_t mma_tile_offset(int key, int unit) {
@@ -60,8 +60,8 @@ __device__ __forceinline__ void stage_decode_chunk(uint32_t stage, const __nv_bf
 template <int G>
 struct DecodeMmaWarp {
   static_assert(G >= 1 && G <= 8, "the heads are the rows g < 8 of the MMA");
-  uint32_t q[8][2];      // head g, dims 16s + 2t.. and 16s + 2t + 8.. (A fragment, rows g)
-  float acc[8][4];       // O^T: dims 16m + g (+ 8), heads 2t and 2t + 1
+  uint32_t q[8][2];           // head g, dims 16s + 2t.. and 16s + 2t + 8.. (A fragment, rows g)
+  float acc[8][4];            // O^T: dims 16m + g (+ 8), heads 2t and 2t + 1
   float run_max = -INFINITY;  // head g, log2 units
   float run_sum = 0.f;        // head g, this thread's keys only (the quad is summed in store())
   float score_scale = 0.f;
