@@ -46,10 +46,10 @@ size_t decode_workspace_counter_bytes(int num_seqs, int num_kv_heads);
 int decode_max_num_seqs();
 
 // The decode's key loop. kCudaCores: fp32 dot products and P.V per lane, any cache and head_dim.
-// kTensorCores (a bf16 cache, head_dim 128): the GQA group's heads as the rows of mma.sync tiles, K and V staged
-// in shared memory by cp.async; its arithmetic no longer grows with the group, where the CUDA-core loop's does.
-// kAuto: tensor cores for such caches in launches of 32 or more sequences (where they measured faster in the
-// engine), else CUDA cores.
+// kTensorCores (head_dim 128, a bf16 or FP8 cache): the GQA group's heads as the rows of mma.sync tiles, K and V
+// staged in shared memory by cp.async; its arithmetic no longer grows with the group, where the CUDA-core loop's
+// does. kAuto: tensor cores at head_dim 128 in launches of 32 or more sequences (where they measured faster in
+// the engine), else CUDA cores.
 enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
 
 // The key loop `requested` runs as for these arguments (kTensorCores falls back to kCudaCores where it does not

@@ -10,6 +10,10 @@
 // directly (bf16); otherwise each piece writes a normalised partial (acc/l) plus (max, sum) to the workspace,
 // and the last CTA of the (sequence, KV head) to finish combines them (merge_if_last): no second launch, whose
 // fixed cost was ~5 us a layer in a decode step.
+//
+// Two key loops share all of that: the CUDA-core one above (attend_piece), and for head_dim 128 a tensor-core one
+// (attend_piece_mma, attention_decode_mma.cuh) whose arithmetic does not grow with the group; which runs is
+// decode_kernel_for's choice.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -533,8 +537,8 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
   finish_piece<D, G, kGroups, kFp8>(a, piece, sm_acc, sm_max, sm_sum, ws_acc, ws_ml, counters_end);
 }
 
-// The tensor-core loop's stages: each warp keeps kMmaStages - 1 chunks (8 KiB each) in flight; its four warps'
-// rings (96 KiB) fit two CTAs an SM, 128 KiB of copies in flight per SM.
+// The tensor-core loop's stages: each warp keeps kMmaStages - 1 chunks (8 KiB of bf16, 4 of codes) in flight;
+// its four warps' rings (96 / 48 KiB) fit two (three) CTAs an SM.
 constexpr int kMmaStages = 3;
 // kAuto takes the tensor-core loop for launches of at least this many sequences. Measured in the engine (H200,
 // Qwen3-8B, 1,024-token contexts, ms/token CUDA cores -> tensor cores): batch 32 6.63 -> 6.07, batch 64 8.28 ->
@@ -543,15 +547,18 @@ constexpr int kMmaStages = 3;
 // tensor-core loop loses; the cause is not established (neither an ordinary launch, a later trigger of the next
 // kernel, fewer stages nor shared memory that keeps the next kernel's CTAs off the SM changed it).
 constexpr int kMmaMinSeqs = 32;
-constexpr int kMmaMinCtas = 2;
+constexpr int mma_min_ctas(bool fp8) { return fp8 ? 3 : 2; }
 constexpr int kMmaRingOffset = ((kDecodeMaxSeqs + 1) * 8 + 127) / 128 * 128;  // after the largest prefix array
-constexpr int kMmaSmemBytes = kMmaRingOffset + kDecodeWarps * kMmaStages * kMmaStageBytes;
+constexpr int mma_smem_bytes(bool fp8) {
+  return kMmaRingOffset +
+         kDecodeWarps * kMmaStages * (fp8 ? MmaChunk<true>::kStageBytes : MmaChunk<false>::kStageBytes);
+}
 
-// One piece on tensor cores (bf16 cache, head_dim 128; attention_decode_mma.cuh): each warp takes every fourth
+// One piece on tensor cores (head_dim 128; attention_decode_mma.cuh): each warp takes every fourth
 // chunk of 16 keys and keeps kMmaStages - 1 chunks in flight in its own ring of shared-memory stages (cp.async,
 // waited per lane and published to the warp by __syncwarp: no CTA-wide barrier inside the loop). The block
 // table entry of the next chunk to copy is loaded one chunk ahead, so the copies do not wait on it.
-template <int G>
+template <int G, bool kFp8>
 __device__ __forceinline__ void attend_piece_mma(const PagedAttentionArgs& a, int seq, int kv_begin, int kv_end,
                                                  const Piece& piece, float* ws_acc, float* ws_ml, int* counters_end,
                                                  unsigned char* ring) {
@@ -561,18 +568,17 @@ __device__ __forceinline__ void attend_piece_mma(const PagedAttentionArgs& a, in
   const int kv_head = blockIdx.x;
   const int row = a.cu_seqlens_q[seq + 1] - 1;
   const int group_size = a.num_heads / a.num_kv_heads;
-  DecodeMmaWarp<G> state;
+  constexpr int kStageBytes = MmaChunk<kFp8>::kStageBytes;
+  DecodeMmaWarp<G, kFp8> state;
   state.load_queries(a.q + static_cast<size_t>(row) * a.num_heads * D + kv_head * group_size * D, group_size, a.scale,
-                     lane);
+                     a.k_scale, lane);
 
-  const auto* k_cache = static_cast<const __nv_bfloat16*>(a.k_cache);
-  const auto* v_cache = static_cast<const __nv_bfloat16*>(a.v_cache);
   const size_t slot_stride = static_cast<size_t>(a.num_kv_heads) * D;
   const size_t head_offset = static_cast<size_t>(kv_head) * D;
   const int* table = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
   const int block_shift = __ffs(a.block_size) - 1;
   const int block_mask = a.block_size - 1;
-  const uint32_t my_ring = smem_address(ring) + warp * kMmaStages * kMmaStageBytes;
+  const uint32_t my_ring = smem_address(ring) + warp * kMmaStages * kStageBytes;
 
   // Chunks to copy start at next_copy (this warp's); next_block is the block holding it (a chunk of 16 aligned
   // keys lies in one block: blocks hold a power of two >= 16 keys).
@@ -583,8 +589,8 @@ __device__ __forceinline__ void attend_piece_mma(const PagedAttentionArgs& a, in
     if (next_copy < kv_end) {
       const size_t base =
           (static_cast<size_t>(next_block) * a.block_size + (next_copy & block_mask)) * slot_stride + head_offset;
-      stage_decode_chunk(my_ring + (copied % kMmaStages) * kMmaStageBytes, k_cache, v_cache, base, slot_stride,
-                         next_copy, kv_end, lane);
+      stage_decode_chunk<kFp8>(my_ring + (copied % kMmaStages) * kStageBytes, a.k_cache, a.v_cache, base, slot_stride,
+                               next_copy, kv_end, lane);
       next_copy += kStride;
       if (next_copy < kv_end) next_block = __ldg(table + (next_copy >> block_shift));
     }
@@ -598,7 +604,7 @@ __device__ __forceinline__ void attend_piece_mma(const PagedAttentionArgs& a, in
     issue_next();                     // kMmaStages - 1 chunks ahead of this one
     cp_async_wait<kMmaStages - 1>();  // this lane's copies of chunk `done` have landed
     __syncwarp();                     // and every lane's
-    state.attend_chunk(my_ring + (done % kMmaStages) * kMmaStageBytes, key0, kv_end, lane);
+    state.attend_chunk(my_ring + (done % kMmaStages) * kStageBytes, key0, kv_end, lane);
     __syncwarp();  // the stage is read before a later copy reuses it
   }
   cp_async_wait<0>();
@@ -610,7 +616,7 @@ __device__ __forceinline__ void attend_piece_mma(const PagedAttentionArgs& a, in
   __syncthreads();
   state.store(sm_acc, sm_max, sm_sum, warp, lane);
   __syncthreads();
-  finish_piece<D, G, kDecodeWarps, false>(a, piece, sm_acc, sm_max, sm_sum, ws_acc, ws_ml, counters_end);
+  finish_piece<D, G, kDecodeWarps, kFp8>(a, piece, sm_acc, sm_max, sm_sum, ws_acc, ws_ml, counters_end);
 }
 
 // Resident CTAs per SM the kernel is compiled for: the most whose register budget the key loop fits without
@@ -623,9 +629,9 @@ constexpr int decode_min_ctas(int group, bool fp8) {
 }
 
 // The CTA of (KV head blockIdx.x, range blockIdx.y): the range's pieces one after the other.
-// kMma: the tensor-core key loop (bf16, D = 128), whose stages follow the prefix array at kMmaRingOffset.
+// kMma: the tensor-core key loop (D = 128), whose stages follow the prefix array at kMmaRingOffset.
 template <int D, int G, bool kFp8, bool kMma>
-__global__ void __launch_bounds__(kDecodeThreads, kMma ? kMmaMinCtas : decode_min_ctas(G, kFp8))
+__global__ void __launch_bounds__(kDecodeThreads, kMma ? mma_min_ctas(kFp8) : decode_min_ctas(G, kFp8))
     decode_split_kernel(PagedAttentionArgs a, float* ws_acc, float* ws_ml, int* counters_end) {
   extern __shared__ __align__(128) long long seq_prefix[];  // [num_seqs + 1]; then the MMA stages
   __shared__ Piece piece;
@@ -656,9 +662,9 @@ __global__ void __launch_bounds__(kDecodeThreads, kMma ? kMmaMinCtas : decode_mi
     }
     __syncthreads();
     if constexpr (kMma) {
-      static_assert(D == kMmaDecodeDim && !kFp8, "the tensor-core key loop takes a bf16 cache, head_dim 128");
-      attend_piece_mma<G>(a, seq, keys.begin, keys.end, piece, ws_acc, ws_ml, counters_end,
-                          reinterpret_cast<unsigned char*>(seq_prefix) + kMmaRingOffset);
+      static_assert(D == kMmaDecodeDim, "the tensor-core key loop takes head_dim 128");
+      attend_piece_mma<G, kFp8>(a, seq, keys.begin, keys.end, piece, ws_acc, ws_ml, counters_end,
+                                reinterpret_cast<unsigned char*>(seq_prefix) + kMmaRingOffset);
     } else {
       attend_piece<D, G, kFp8>(a, seq, keys.begin, keys.end, piece, ws_acc, ws_ml, counters_end);
     }
@@ -669,9 +675,9 @@ __global__ void __launch_bounds__(kDecodeThreads, kMma ? kMmaMinCtas : decode_mi
 
 // Dynamic shared memory of decode_split_kernel: the prefix array, or for the tensor-core loop the largest prefix
 // array and the stages.
-template <bool kMma>
+template <bool kFp8, bool kMma>
 size_t decode_dynamic_smem(int num_seqs) {
-  return kMma ? kMmaSmemBytes : (static_cast<size_t>(num_seqs) + 1) * sizeof(long long);
+  return kMma ? mma_smem_bytes(kFp8) : (static_cast<size_t>(num_seqs) + 1) * sizeof(long long);
 }
 
 // Resident CTAs per SM of decode_split_kernel<D, G, kFp8, kMma> with the largest prefix array (the CUDA-core
@@ -684,7 +690,7 @@ template <int D, int G, bool kFp8, bool kMma>
 int decode_ctas_per_sm() {
   static const int per_sm = [] {
     const auto kernel = decode_split_kernel<D, G, kFp8, kMma>;
-    const size_t smem = decode_dynamic_smem<kMma>(kDecodeMaxSeqs);
+    const size_t smem = decode_dynamic_smem<kFp8, kMma>(kDecodeMaxSeqs);
     if constexpr (kMma)
       NANOVLLM_CUDA_CHECK(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -713,18 +719,20 @@ void launch_split(const PagedAttentionArgs& a, void* workspace, size_t workspace
   float* ws_ml = ws_acc + slots * D;
   int* counters_end = reinterpret_cast<int*>(static_cast<char*>(workspace) + workspace_bytes);
   launch_programmatic("decode_split_kernel", decode_split_kernel<D, G, kFp8, kMma>, dim3(a.num_kv_heads, num_ranges),
-                      dim3(kDecodeThreads), decode_dynamic_smem<kMma>(a.num_seqs), stream, a, ws_acc, ws_ml,
+                      dim3(kDecodeThreads), decode_dynamic_smem<kFp8, kMma>(a.num_seqs), stream, a, ws_acc, ws_ml,
                       counters_end);
 }
 
 template <int D, int G>
 void launch_decode(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, int sm_count,
                    DecodeKernel kernel, cudaStream_t stream) {
-  if (a.fp8_cache) return launch_split<D, G, true, false>(a, workspace, workspace_bytes, sm_count, stream);
   if constexpr (D == kMmaDecodeDim) {
-    if (decode_kernel_for(a, kernel) == DecodeKernel::kTensorCores)
+    if (decode_kernel_for(a, kernel) == DecodeKernel::kTensorCores) {
+      if (a.fp8_cache) return launch_split<D, G, true, true>(a, workspace, workspace_bytes, sm_count, stream);
       return launch_split<D, G, false, true>(a, workspace, workspace_bytes, sm_count, stream);
+    }
   }
+  if (a.fp8_cache) return launch_split<D, G, true, false>(a, workspace, workspace_bytes, sm_count, stream);
   launch_split<D, G, false, false>(a, workspace, workspace_bytes, sm_count, stream);
 }
 
@@ -777,7 +785,7 @@ std::string unsupported_attention_heads(int num_heads, int num_kv_heads, int hea
 }
 
 DecodeKernel decode_kernel_for(const PagedAttentionArgs& args, DecodeKernel requested) {
-  const bool mma_fits = !args.fp8_cache && args.head_dim == kMmaDecodeDim;
+  const bool mma_fits = args.head_dim == kMmaDecodeDim;
   switch (requested) {
     case DecodeKernel::kTensorCores:
       return mma_fits ? DecodeKernel::kTensorCores : DecodeKernel::kCudaCores;

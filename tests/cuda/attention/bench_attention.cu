@@ -326,7 +326,12 @@ int main(int argc, char** argv) {
       bench_decode(s, 1, 512, copy_gbs, reps);
       for (const int batch : {256, 128, 64, 32}) bench_decode_mixed(s, batch, 100, 2048, 4096, copy_gbs, reps);
     }
-    for (const bool fp8 : {false, true}) bench_decode(qwen8, 256, 1024, copy_gbs, reps, fp8);
+    for (const Shape& s : {qwen06, qwen8}) {  // the FP8 cache
+      bench_decode(s, 256, 1024, copy_gbs, reps, true);
+      bench_decode(s, 16, 16384, copy_gbs, reps, true);
+      bench_decode(s, 1, 32768, copy_gbs, reps, true);
+      for (const int batch : {128, 32}) bench_decode_mixed(s, batch, 100, 2048, 4096, copy_gbs, reps, true);
+    }
     bench_decode(d64, 256, 1024, copy_gbs, reps);
     return 0;
   }

@@ -310,8 +310,8 @@ TEST(AttentionArgs, RejectsDecodeGroupAboveEight) {
   EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, kAnySmCount, nullptr), EngineError);
 }
 
-// Which key loop runs: tensor cores for a bf16 cache at head_dim 128 in launches of 32+ sequences (kAuto), or
-// when asked and they apply; CUDA cores otherwise.
+// Which key loop runs: tensor cores at head_dim 128 (bf16 or FP8 cache) in launches of 32+ sequences (kAuto),
+// or when asked and they apply; CUDA cores otherwise.
 TEST(AttentionArgs, DecodeKeyLoopChoice) {
   using cuda::DecodeKernel;
   auto a = plausible_args();
@@ -329,10 +329,9 @@ TEST(AttentionArgs, DecodeKeyLoopChoice) {
     }
   }
   a.num_seqs = 64;
-  a.fp8_cache = true;
-  EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kTensorCores), DecodeKernel::kCudaCores);
-  EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kAuto), DecodeKernel::kCudaCores);
-  a.fp8_cache = false;
+  a.fp8_cache = true;  // codes too
+  EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kTensorCores), DecodeKernel::kTensorCores);
+  EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kAuto), DecodeKernel::kTensorCores);
   a.head_dim = 64;
   EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kTensorCores), DecodeKernel::kCudaCores);
   EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kAuto), DecodeKernel::kCudaCores);
