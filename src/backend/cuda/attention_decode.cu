@@ -542,7 +542,7 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
 constexpr int kMmaStages = 3;
 // kAuto takes the tensor-core loop for launches of at least this many sequences. Measured in the engine (H200,
 // Qwen3-8B, 1,024-token contexts, ms/token CUDA cores -> tensor cores): batch 32 6.63 -> 6.07, batch 64 8.28 ->
-// 7.28, but batch 16 6.31 -> 8.50 and batch 1 4.98 -> 5.81, although the kernel alone is faster there too
+// 7.28, but batch 16 6.31 -> 8.66 and batch 1 4.98 -> 5.81, although the kernel alone is faster there too
 // (bench_attention). Steps of up to 16 rows run the decode GEMV between the attention launches, and with it the
 // tensor-core loop loses; the cause is not established (neither an ordinary launch, a later trigger of the next
 // kernel, fewer stages nor shared memory that keeps the next kernel's CTAs off the SM changed it).
@@ -612,6 +612,8 @@ __device__ __forceinline__ void attend_piece_mma(const PagedAttentionArgs& a, in
   // The per-warp results go through shared memory that aliases the ring: every warp must be done with it.
   __shared__ float sm_max[kDecodeWarps][G];
   __shared__ float sm_sum[kDecodeWarps][G];
+  static_assert(sizeof(float) * kDecodeWarps * G * D <= kDecodeWarps * kMmaStages * kStageBytes,
+                "the per-warp accumulators must fit in the ring they alias");
   auto* sm_acc = reinterpret_cast<float(*)[G][D]>(ring);
   __syncthreads();
   state.store(sm_acc, sm_max, sm_sum, warp, lane);
