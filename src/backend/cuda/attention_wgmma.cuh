@@ -93,6 +93,17 @@ __device__ __forceinline__ void wgmma_wait() {
   NANOVLLM_ACC_NTILE(0), NANOVLLM_ACC_NTILE(1), NANOVLLM_ACC_NTILE(2), NANOVLLM_ACC_NTILE(3), NANOVLLM_ACC_NTILE(4), \
       NANOVLLM_ACC_NTILE(5), NANOVLLM_ACC_NTILE(6), NANOVLLM_ACC_NTILE(7)
 
+// The m64n128 accumulators as the PTX register list %0 .. %63 and their asm operands (n-tiles 0 .. 15).
+#define NANOVLLM_ACC_LIST_64                                                         \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define NANOVLLM_ACC_OPERANDS_64                                                                      \
+  NANOVLLM_ACC_OPERANDS_32, NANOVLLM_ACC_NTILE(8), NANOVLLM_ACC_NTILE(9), NANOVLLM_ACC_NTILE(10),     \
+      NANOVLLM_ACC_NTILE(11), NANOVLLM_ACC_NTILE(12), NANOVLLM_ACC_NTILE(13), NANOVLLM_ACC_NTILE(14), \
+      NANOVLLM_ACC_NTILE(15)
+
 // Keeps the compiler from moving accesses of a register the asynchronous MMA reads or writes (accumulators,
 // A fragments) across its issue and wait.
 __device__ __forceinline__ void wgmma_hold_register(float& r) { asm volatile("" : "+f"(r)::"memory"); }
@@ -123,16 +134,8 @@ __device__ __forceinline__ void wgmma_64x128_ss(float (&acc)[16][4], uint64_t a,
 #ifdef NANOVLLM_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : NANOVLLM_ACC_NTILE(0), NANOVLLM_ACC_NTILE(1), NANOVLLM_ACC_NTILE(2), NANOVLLM_ACC_NTILE(3),
-        NANOVLLM_ACC_NTILE(4), NANOVLLM_ACC_NTILE(5), NANOVLLM_ACC_NTILE(6), NANOVLLM_ACC_NTILE(7),
-        NANOVLLM_ACC_NTILE(8), NANOVLLM_ACC_NTILE(9), NANOVLLM_ACC_NTILE(10), NANOVLLM_ACC_NTILE(11),
-        NANOVLLM_ACC_NTILE(12), NANOVLLM_ACC_NTILE(13), NANOVLLM_ACC_NTILE(14), NANOVLLM_ACC_NTILE(15)
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " NANOVLLM_ACC_LIST_64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : NANOVLLM_ACC_OPERANDS_64
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
 #endif
 }
@@ -154,30 +157,12 @@ __device__ __forceinline__ void wgmma_64x128_rs(float (&acc)[16][4], const uint3
 #ifdef NANOVLLM_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : NANOVLLM_ACC_NTILE(0), NANOVLLM_ACC_NTILE(1), NANOVLLM_ACC_NTILE(2), NANOVLLM_ACC_NTILE(3),
-        NANOVLLM_ACC_NTILE(4), NANOVLLM_ACC_NTILE(5), NANOVLLM_ACC_NTILE(6), NANOVLLM_ACC_NTILE(7),
-        NANOVLLM_ACC_NTILE(8), NANOVLLM_ACC_NTILE(9), NANOVLLM_ACC_NTILE(10), NANOVLLM_ACC_NTILE(11),
-        NANOVLLM_ACC_NTILE(12), NANOVLLM_ACC_NTILE(13), NANOVLLM_ACC_NTILE(14), NANOVLLM_ACC_NTILE(15)
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " NANOVLLM_ACC_LIST_64
+      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : NANOVLLM_ACC_OPERANDS_64
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 #endif
 }
-
-// The m64n128 accumulators as the PTX register list %0 .. %63 and their asm operands (n-tiles 0 .. 15).
-#define NANOVLLM_ACC_LIST_64                                                         \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define NANOVLLM_ACC_OPERANDS_64                                                                      \
-  NANOVLLM_ACC_OPERANDS_32, NANOVLLM_ACC_NTILE(8), NANOVLLM_ACC_NTILE(9), NANOVLLM_ACC_NTILE(10),     \
-      NANOVLLM_ACC_NTILE(11), NANOVLLM_ACC_NTILE(12), NANOVLLM_ACC_NTILE(13), NANOVLLM_ACC_NTILE(14), \
-      NANOVLLM_ACC_NTILE(15)
 
 // E4M3 operands: k-steps of 32 codes (32 bytes, as bf16's 16 values), both shared-memory operands K-major (the
 // only form wgmma takes for 8-bit types). A from registers takes mma.sync m16n8k32's A fragment: lane 4g + t holds
