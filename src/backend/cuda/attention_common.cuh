@@ -20,6 +20,17 @@ inline void check_cuda(cudaError_t err, const char* what) {
   }
 }
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory (above 48 KiB it must be asked for). The setting
+// belongs to the current device, so it is made before every launch that needs it rather than once a process:
+// under tensor parallelism each rank's device needs its own. It is not a stream operation, so it may run while a
+// graph is being captured (decode graphs capture the first launches of the tensor-core decode kernels).
+template <typename Kernel>
+void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* who) {
+  check_cuda(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+      (std::string(who) + ": cudaFuncSetAttribute(MaxDynamicSharedMemorySize, " + std::to_string(bytes) + ")").c_str());
+}
+
 inline int log2_exact(int x) {
   int s = 0;
   while ((1 << s) < x) ++s;

@@ -542,10 +542,11 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
 constexpr int kMmaStages = 3;
 // kAuto takes the tensor-core loop for launches of at least this many sequences. Measured in the engine (H200,
 // Qwen3-8B, 1,024-token contexts, ms/token CUDA cores -> tensor cores): batch 32 6.63 -> 6.07, batch 64 8.28 ->
-// 7.28, but batch 16 6.31 -> 8.66 and batch 1 4.98 -> 5.81, although the kernel alone is faster there too
-// (bench_attention). Steps of up to 16 rows run the decode GEMV between the attention launches, and with it the
-// tensor-core loop loses; the cause is not established (neither an ordinary launch, a later trigger of the next
-// kernel, fewer stages nor shared memory that keeps the next kernel's CTAs off the SM changed it).
+// 7.28, but batch 16 6.31 -> 8.66 and batch 1 4.98 -> 5.81, although alone the kernel is faster at one sequence
+// too (bench_attention, 8B heads, 1 x 512 keys: 10.0 -> 8.1 us; batch 16 x 1k was not benchmarked alone). Steps of up
+// to 16 rows run the decode GEMV between the attention launches, and with it the tensor-core loop loses; the cause is
+// not established (neither an ordinary launch, a later trigger of the next kernel, fewer stages nor shared memory that
+// keeps the next kernel's CTAs off the SM changed it).
 constexpr int kMmaMinSeqs = 32;
 constexpr int mma_min_ctas(bool fp8) { return fp8 ? 3 : 2; }
 constexpr int kMmaRingOffset = ((kDecodeMaxSeqs + 1) * 8 + 127) / 128 * 128;  // after the largest prefix array
@@ -683,21 +684,18 @@ size_t decode_dynamic_smem(int num_seqs) {
 }
 
 // Resident CTAs per SM of decode_split_kernel<D, G, kFp8, kMma> with the largest prefix array (the CUDA-core
-// kernel's own arrays and the prefix stay within the 48 KiB a kernel gets without asking; the tensor-core one asks
-// for its stages here, before its first launch). Occupancy depends on the kernel and the GPU's kind only, so it
-// is asked once per instantiation: the cache is a static of this template, keyed on the kernel's parameters
+// kernel's own arrays and the prefix stay within the 48 KiB a kernel gets without asking; the tensor-core one's
+// stages are allowed by launch_split before it asks). Occupancy depends on the kernel and the GPU's kind only, so
+// it is asked once per instantiation: the cache is a static of this template, keyed on the kernel's parameters
 // (every instantiation has the same function type, so a cache keyed on that type would hand the first kernel's
 // answer to all of them).
 template <int D, int G, bool kFp8, bool kMma>
 int decode_ctas_per_sm() {
   static const int per_sm = [] {
-    const auto kernel = decode_split_kernel<D, G, kFp8, kMma>;
-    const size_t smem = decode_dynamic_smem<kFp8, kMma>(kDecodeMaxSeqs);
-    if constexpr (kMma)
-      NANOVLLM_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     int blocks = 0;
-    NANOVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kDecodeThreads, smem));
+    NANOVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_split_kernel<D, G, kFp8, kMma>,
+                                                                      kDecodeThreads,
+                                                                      decode_dynamic_smem<kFp8, kMma>(kDecodeMaxSeqs)));
     return std::clamp(blocks, 1, kDecodeMaxCtasPerSm);
   }();
   return per_sm;
@@ -706,6 +704,9 @@ int decode_ctas_per_sm() {
 template <int D, int G, bool kFp8, bool kMma>
 void launch_split(const PagedAttentionArgs& a, void* workspace, size_t workspace_bytes, int sm_count,
                   cudaStream_t stream) {
+  if constexpr (kMma)
+    allow_dynamic_smem(decode_split_kernel<D, G, kFp8, kMma>, decode_dynamic_smem<kFp8, kMma>(a.num_seqs),
+                       "paged_attention_decode");
   const int num_ranges = decode_num_ranges(decode_ctas_per_sm<D, G, kFp8, kMma>(), sm_count, a.num_kv_heads);
   const size_t slots = decode_slot_bound(a.num_seqs, num_ranges) * a.num_heads;
   const size_t need = slots * (D + 2) * sizeof(float) + decode_workspace_counter_bytes(a.num_seqs, a.num_kv_heads);

@@ -454,19 +454,12 @@ __device__ __forceinline__ void store_output(const PrefillTile& t, float (&o)[D 
 }
 
 // Launches a prefill kernel of kThreads threads over query tiles of kRows rows, query heads and sequences, in the
-// grid of prefill_tile_order(a), with `smem` bytes of dynamic shared memory. Over 48 KB must be opted into, per device;
-// not while a graph is being captured (the call is not a stream operation): an uncaptured launch on this device always
-// comes first.
+// grid of prefill_tile_order(a), with `smem` bytes of dynamic shared memory (allowed on this device first).
 // `extra`: the kernel's parameters after (args, order).
 template <int kRows, int kThreads, typename Kernel, typename... Extra>
 void launch_prefill_grid(const char* name, Kernel kernel, size_t smem, const PagedAttentionArgs& a, cudaStream_t stream,
                          const Extra&... extra) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check_cuda(cudaStreamIsCapturing(stream, &capture), "paged_attention_prefill: cudaStreamIsCapturing");
-  if (capture == cudaStreamCaptureStatusNone) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-               "paged_attention_prefill: cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
-  }
+  allow_dynamic_smem(kernel, smem, "paged_attention_prefill");
   const int q_tiles = (a.max_seqlen_q + kRows - 1) / kRows;
   const PrefillTileOrder order = prefill_tile_order(a);
   const dim3 grid = order == PrefillTileOrder::kAcrossSequences ? dim3(a.num_heads, a.num_seqs, q_tiles)
