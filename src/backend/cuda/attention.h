@@ -48,8 +48,8 @@ int decode_max_num_seqs();
 // The decode's key loop. kCudaCores: fp32 dot products and P.V per lane, any cache and head_dim.
 // kTensorCores (head_dim 128, a bf16 or FP8 cache): the GQA group's heads as the rows of mma.sync tiles, K and V
 // staged in shared memory by cp.async; its arithmetic no longer grows with the group, where the CUDA-core loop's
-// does. kAuto: tensor cores at head_dim 128 in launches of 32 or more sequences (where they measured faster in
-// the engine), else CUDA cores.
+// does. kAuto: tensor cores at head_dim 128 (faster in the engine at every batch measured, 1 to 256 sequences),
+// else CUDA cores.
 enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
 
 // The key loop `requested` runs as for these arguments (kTensorCores falls back to kCudaCores where it does not

@@ -540,14 +540,6 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
 // The tensor-core loop's stages: each warp keeps kMmaStages - 1 chunks (8 KiB of bf16, 4 of codes) in flight;
 // its four warps' rings (96 / 48 KiB) fit two (three) CTAs an SM.
 constexpr int kMmaStages = 3;
-// kAuto takes the tensor-core loop for launches of at least this many sequences. Measured in the engine (H200,
-// Qwen3-8B, 1,024-token contexts, ms/token CUDA cores -> tensor cores): batch 32 6.63 -> 6.07, batch 64 8.28 ->
-// 7.28, but batch 16 6.31 -> 8.66 and batch 1 4.98 -> 5.81, although alone the kernel is faster at one sequence
-// too (bench_attention, 8B heads, 1 x 512 keys: 10.0 -> 8.1 us; batch 16 x 1k was not benchmarked alone). Steps of up
-// to 16 rows run the decode GEMV between the attention launches, and with it the tensor-core loop loses; the cause is
-// not established (neither an ordinary launch, a later trigger of the next kernel, fewer stages nor shared memory that
-// keeps the next kernel's CTAs off the SM changed it).
-constexpr int kMmaMinSeqs = 32;
 constexpr int mma_min_ctas(bool fp8) { return fp8 ? 3 : 2; }
 constexpr int kMmaRingOffset = ((kDecodeMaxSeqs + 1) * 8 + 127) / 128 * 128;  // after the largest prefix array
 constexpr int mma_smem_bytes(bool fp8) {
@@ -639,7 +631,12 @@ __global__ void __launch_bounds__(kDecodeThreads, kMma ? mma_min_ctas(kFp8) : de
   extern __shared__ __align__(128) long long seq_prefix[];  // [num_seqs + 1]; then the MMA stages
   __shared__ Piece piece;
   __shared__ int longest;
-  allow_next_grid();
+  // The tensor-core loop does not let the next kernel in early. Its stages need most of the SM's unified L1 /
+  // shared memory, and an SM changes that split only when it is idle: next kernels resident beside these CTAs
+  // would run on with a few KiB of L1, and the decode GEMV that follows in steps of <= 16 rows rereads its
+  // input through L1 (H100, Qwen3-8B batch 16 with 1k contexts: 9.39 ms a token with the early start, 7.38
+  // without; the CUDA-core loop 7.64).
+  if constexpr (!kMma) allow_next_grid();
   // The lengths are step metadata, written by copies before the step, never by a kernel that lets its
   // dependents start early: reading them now overlaps the previous kernel's end.
   scan_lengths(a, seq_prefix, longest);
@@ -797,7 +794,7 @@ DecodeKernel decode_kernel_for(const PagedAttentionArgs& args, DecodeKernel requ
     case DecodeKernel::kAuto:
       break;
   }
-  return mma_fits && args.num_seqs >= kMmaMinSeqs ? DecodeKernel::kTensorCores : DecodeKernel::kCudaCores;
+  return mma_fits ? DecodeKernel::kTensorCores : DecodeKernel::kCudaCores;
 }
 
 void paged_attention_decode(const PagedAttentionArgs& args, void* workspace, size_t workspace_bytes, int sm_count,

@@ -310,8 +310,8 @@ TEST(AttentionArgs, RejectsDecodeGroupAboveEight) {
   EXPECT_THROW(cuda::paged_attention_decode(a, nullptr, 0, kAnySmCount, nullptr), EngineError);
 }
 
-// Which key loop runs: tensor cores at head_dim 128 (bf16 or FP8 cache) in launches of 32+ sequences (kAuto),
-// or when asked and they apply; CUDA cores otherwise.
+// Which key loop runs: tensor cores at head_dim 128 (bf16 or FP8 cache) whatever the batch (kAuto), or when
+// asked and they apply; CUDA cores otherwise.
 TEST(AttentionArgs, DecodeKeyLoopChoice) {
   using cuda::DecodeKernel;
   auto a = plausible_args();
@@ -321,14 +321,12 @@ TEST(AttentionArgs, DecodeKeyLoopChoice) {
     a.num_heads = 8 * group;
     for (const int seqs : {1, 16, 31, 32, 256}) {
       a.num_seqs = seqs;
-      EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kAuto),
-                seqs >= 32 ? DecodeKernel::kTensorCores : DecodeKernel::kCudaCores)
-          << group << " " << seqs;
+      EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kAuto), DecodeKernel::kTensorCores) << group << " " << seqs;
       EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kTensorCores), DecodeKernel::kTensorCores) << group;
       EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kCudaCores), DecodeKernel::kCudaCores) << group;
     }
   }
-  a.num_seqs = 64;
+  a.num_seqs = 1;
   a.fp8_cache = true;  // codes too
   EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kTensorCores), DecodeKernel::kTensorCores);
   EXPECT_EQ(cuda::decode_kernel_for(a, DecodeKernel::kAuto), DecodeKernel::kTensorCores);
