@@ -116,32 +116,73 @@ __device__ __forceinline__ int first_seq_of_range(const long long* seq_prefix, i
 // of the GQA group. All 128 threads share the work whatever the group: each head's global max is one warp's
 // strided reduction, and the pieces of each (head, 4 dims) item are split among several threads whose loads
 // are independent, so a merge of a hundred pieces costs a few rounds of L2 latency, not a hundred.
-template <int D, int G>
-__device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const Piece& piece, const float* ws_acc,
-                                              const float* ws_ml, int* counters_end) {
+// Output dims d4..d4+3 of query head `head` in row `row`: the merged weighted sum o over its total weight.
+template <int D>
+__device__ __forceinline__ void write_merged_quad(const PagedAttentionArgs& a, int row, int head, int d4,
+                                                  const float (&o)[4], float total) {
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + head * D + d4;
+  uint2 packed;
+  packed.x = pack_bf16x2(o[0] * inv, o[1] * inv);
+  packed.y = pack_bf16x2(o[2] * inv, o[3] * inv);
+  *reinterpret_cast<uint2*>(dst) = packed;
+}
+
+// The spread merges' last step: each item's kParts shares (part p of item i at p * kItems + i) added and written.
+template <int D, int kItems, int kParts>
+__device__ __forceinline__ void write_summed_parts(const PagedAttentionArgs& a, int row, int head0, int group_size,
+                                                   const float4* part_out, const float* part_total) {
+  constexpr int kQuads = D / 4;
+  for (int item = threadIdx.x; item < kItems; item += kDecodeThreads) {
+    if (item / kQuads >= group_size) continue;
+    float total = 0.f;
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    // In order, so the sum does not depend on timing; not unrolled: that spilled registers of the key loop.
+#pragma unroll 1
+    for (int part = 0; part < kParts; ++part) {
+      const float4 p = part_out[part * kItems + item];
+      total += part_total[part * kItems + item];
+      o[0] += p.x;
+      o[1] += p.y;
+      o[2] += p.z;
+      o[3] += p.w;
+    }
+    write_merged_quad<D>(a, row, head0 + item / kQuads, (item % kQuads) * 4, o, total);
+  }
+}
+
+// Whether this CTA's piece is the last of its (sequence, KV head) to arrive; called by every thread once the
+// CTA's partial is written. Plain loads after it see the other CTAs' partials: their fence and atomic come before
+// this CTA's atomic and fence (CUDA's memory model).
+__device__ __forceinline__ bool arrives_last(const PagedAttentionArgs& a, const Piece& piece, int* counters_end) {
   __shared__ bool is_last;
-  __shared__ float head_max[kDecodeMaxGroup];
-  __shared__ float4 part_out[kDecodeThreads];
-  __shared__ float part_total[kDecodeThreads];
   __threadfence();  // this CTA's partial is visible on every SM before the CTA counts itself in
   __syncthreads();
-  const int kv_head = blockIdx.x, seq = piece.seq;
   if (threadIdx.x == 0) {
     // One counter per (sequence, KV head), at the workspace's end, counted backwards.
-    int* counter = counters_end - 1 - (static_cast<size_t>(seq) * a.num_kv_heads + kv_head);
+    int* counter = counters_end - 1 - (static_cast<size_t>(piece.seq) * a.num_kv_heads + blockIdx.x);
     is_last = atomicAdd(counter, 1) == piece.count - 1;
     if (is_last) *counter = 0;  // every piece has arrived: nothing else touches it in this launch
   }
   __syncthreads();
-  if (!is_last) return;
+  if (!is_last) return false;
   __threadfence();
+  return true;
+}
+
+template <int D, int G>
+__device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const Piece& piece, const float* ws_acc,
+                                              const float* ws_ml, int* counters_end) {
+  __shared__ float head_max[kDecodeMaxGroup];
+  __shared__ float4 part_out[kDecodeThreads];
+  __shared__ float part_total[kDecodeThreads];
+  if (!arrives_last(a, piece, counters_end)) return;
+  const int kv_head = blockIdx.x, seq = piece.seq;
   const int row = a.cu_seqlens_q[seq + 1] - 1;
   const int group_size = a.num_heads / a.num_kv_heads;
   const int head0 = kv_head * group_size;
   const int count = piece.count, first_slot = piece.first_slot;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  // Plain loads see the other CTAs' partials: their fence and atomic come before this CTA's atomic and fence
-  // (CUDA's memory model).
   const float2* ml = reinterpret_cast<const float2*>(ws_ml);  // (max, sum) per slot and head
   const auto slot_of = [&](int s, int h) { return static_cast<size_t>(first_slot + s) * a.num_heads + head0 + h; };
   // Work items of G heads (a smaller real group leaves the extra heads' items idle).
@@ -149,13 +190,7 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const
   constexpr int kItems = G * kQuads;
   constexpr int kParts = kItems < kDecodeThreads ? kDecodeThreads / kItems : 1;  // threads per item
   auto write_row = [&](int item, const float(&o)[4], float total) {
-    const int h = item / kQuads, d4 = (item % kQuads) * 4;
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D + d4;
-    uint2 packed;
-    packed.x = pack_bf16x2(o[0] * inv, o[1] * inv);
-    packed.y = pack_bf16x2(o[2] * inv, o[3] * inv);
-    *reinterpret_cast<uint2*>(dst) = packed;
+    write_merged_quad<D>(a, row, head0 + item / kQuads, (item % kQuads) * 4, o, total);
   };
   if constexpr (kParts == 1) {
     // Groups of 4+ heads have an item per thread: each thread finds its head's max itself (measured: the spread
@@ -219,22 +254,90 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const
       part_total[work] = total;
     }
     __syncthreads();
-    for (int item = tid; item < kItems; item += kDecodeThreads) {
-      if (item / kQuads >= group_size) continue;
-      float total = 0.f;
-      float o[4] = {0.f, 0.f, 0.f, 0.f};
-      // In order, so the sum does not depend on timing; not unrolled: that spilled registers of the key loop.
-#pragma unroll 1
-      for (int part = 0; part < kParts; ++part) {
-        const float4 p = part_out[part * kItems + item];
-        total += part_total[part * kItems + item];
-        o[0] += p.x;
-        o[1] += p.y;
-        o[2] += p.z;
-        o[3] += p.w;
-      }
-      write_row(item, o, total);
+    write_summed_parts<D, kItems, kParts>(a, row, head0, group_size, part_out, part_total);
+  }
+}
+
+// The tensor-core loop's merge, in shared memory its stages leave free: each piece's (max, sum) of every head is
+// loaded at once (one round of L2 latency instead of one a piece), each head's global max and each piece's weight
+// are found in shared memory, and the weighted sum over the pieces' partials is split among 128 / (G x 32)
+// threads an item, eight loads in flight each. The CUDA-core kernels keep merge_if_last: its registers are
+// theirs too, and some of them are at their launch bounds.
+constexpr int kStagedMergeMaxPieces = 128;  // a sequence spans at most kDecodeMaxPieces + 1 ranges
+static_assert(kDecodeMaxPieces + 1 <= kStagedMergeMaxPieces, "the staged merge keeps every piece's weights");
+
+template <int D, int G>
+constexpr size_t staged_merge_bytes() {
+  return kDecodeThreads * (sizeof(float4) + sizeof(float)) + 2 * kStagedMergeMaxPieces * G * sizeof(float) +
+         G * sizeof(float);
+}
+
+template <int D, int G>
+__device__ __forceinline__ void merge_staged_if_last(const PagedAttentionArgs& a, const Piece& piece,
+                                                     const float* ws_acc, const float* ws_ml, int* counters_end,
+                                                     unsigned char* scratch) {
+  if (!arrives_last(a, piece, counters_end)) return;
+  constexpr int kQuads = D / 4;  // 4 output dims per work item
+  constexpr int kItems = G * kQuads;
+  constexpr int kParts = kItems < kDecodeThreads ? kDecodeThreads / kItems : 1;  // threads per item
+  auto* part_out = reinterpret_cast<float4*>(scratch);                           // [kDecodeThreads]
+  auto* part_total = reinterpret_cast<float*>(part_out + kDecodeThreads);        // [kDecodeThreads]
+  float* piece_max = part_total + kDecodeThreads;                                // [count][G]
+  float* weight = piece_max + kStagedMergeMaxPieces * G;                         // [count][G]: sum, then weight
+  float* head_max = weight + kStagedMergeMaxPieces * G;                          // [G]
+  const int group_size = a.num_heads / a.num_kv_heads;
+  const int head0 = blockIdx.x * group_size;
+  const int count = piece.count, first_slot = piece.first_slot;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const auto slot_of = [&](int s, int h) { return static_cast<size_t>(first_slot + s) * a.num_heads + head0 + h; };
+  const float2* ml = reinterpret_cast<const float2*>(ws_ml);  // (max, sum) per slot and head
+  for (int i = tid; i < count * G; i += kDecodeThreads) {
+    const int s = i / G, h = i % G;
+    const float2 v = h < group_size ? ml[slot_of(s, h)] : make_float2(0.f, 0.f);
+    piece_max[i] = v.y > 0.f ? v.x : -INFINITY;  // a piece without weight (its partial is zero) sets no max
+    weight[i] = v.y;
+  }
+  __syncthreads();
+  for (int h = warp; h < group_size; h += kDecodeWarps) {
+    float m = -INFINITY;
+    for (int s = lane; s < count; s += 32) m = fmaxf(m, piece_max[s * G + h]);
+    m = warp_max(m);
+    if (lane == 0) head_max[h] = m;
+  }
+  __syncthreads();
+  for (int i = tid; i < count * G; i += kDecodeThreads) {
+    const int h = i % G;
+    weight[i] = h < group_size && weight[i] > 0.f ? weight[i] * exp2f(piece_max[i] - head_max[h]) : 0.f;
+  }
+  __syncthreads();
+  const int row = a.cu_seqlens_q[piece.seq + 1] - 1;
+  for (int work = tid; work < kItems * kParts; work += kDecodeThreads) {
+    const int item = work % kItems, part = work / kItems;
+    const int h = item / kQuads, d4 = (item % kQuads) * 4;
+    if (h >= group_size) continue;
+    float total = 0.f;
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 8
+    for (int s = part; s < count; s += kParts) {
+      const float w = weight[s * G + h];
+      const float4 acc = *reinterpret_cast<const float4*>(ws_acc + slot_of(s, h) * D + d4);
+      if (!(w > 0.f)) continue;
+      total += w;
+      o[0] = fmaf(w, acc.x, o[0]);
+      o[1] = fmaf(w, acc.y, o[1]);
+      o[2] = fmaf(w, acc.z, o[2]);
+      o[3] = fmaf(w, acc.w, o[3]);
     }
+    if constexpr (kParts == 1) {
+      write_merged_quad<D>(a, row, head0 + h, d4, o, total);
+    } else {
+      part_out[work] = make_float4(o[0], o[1], o[2], o[3]);
+      part_total[work] = total;
+    }
+  }
+  if constexpr (kParts > 1) {
+    __syncthreads();
+    write_summed_parts<D, kItems, kParts>(a, row, head0, group_size, part_out, part_total);
   }
 }
 
@@ -242,10 +345,13 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const
 // accumulators in shared memory) are merged, and a sequence in one range writes its output; otherwise the piece
 // writes a partial for the merge. Read from shared memory rather than kept through the key loop (registers, see
 // merge_if_last).
-template <int D, int G, int kGroupCount, bool kFp8>
+// kStagedMerge: merge_staged_if_last in merge_scratch (shared memory free by then: the tensor-core loop's stages),
+// else merge_if_last.
+template <int D, int G, int kGroupCount, bool kFp8, bool kStagedMerge = false>
 __device__ __forceinline__ void finish_piece(const PagedAttentionArgs& a, const Piece& piece,
                                              const float (*sm_acc)[G][D], const float (*sm_max)[G],
-                                             const float (*sm_sum)[G], float* ws_acc, float* ws_ml, int* counters_end) {
+                                             const float (*sm_sum)[G], float* ws_acc, float* ws_ml, int* counters_end,
+                                             unsigned char* merge_scratch = nullptr) {
   const int row = a.cu_seqlens_q[piece.seq + 1] - 1;
   const int group_size = a.num_heads / a.num_kv_heads;
   const int head0 = blockIdx.x * group_size;
@@ -288,7 +394,12 @@ __device__ __forceinline__ void finish_piece(const PagedAttentionArgs& a, const 
       }
     }
   }
-  if (!single) merge_if_last<D, G>(a, piece, ws_acc, ws_ml, counters_end);
+  if (single) return;
+  if constexpr (kStagedMerge) {
+    merge_staged_if_last<D, G>(a, piece, ws_acc, ws_ml, counters_end, merge_scratch);
+  } else {
+    merge_if_last<D, G>(a, piece, ws_acc, ws_ml, counters_end);
+  }
 }
 
 // One piece: keys [kv_begin, kv_end) of sequence `seq` (the rest of it in `piece`). D: head_dim; G: query heads
@@ -611,7 +722,9 @@ __device__ __forceinline__ void attend_piece_mma(const PagedAttentionArgs& a, in
   __syncthreads();
   state.store(sm_acc, sm_max, sm_sum, warp, lane);
   __syncthreads();
-  finish_piece<D, G, kDecodeWarps, kFp8>(a, piece, sm_acc, sm_max, sm_sum, ws_acc, ws_ml, counters_end);
+  static_assert(staged_merge_bytes<D, G>() <= kDecodeWarps * kMmaStages * kStageBytes,
+                "the staged merge must fit in the ring");
+  finish_piece<D, G, kDecodeWarps, kFp8, true>(a, piece, sm_acc, sm_max, sm_sum, ws_acc, ws_ml, counters_end, ring);
 }
 
 // Resident CTAs per SM the kernel is compiled for: the most whose register budget the key loop fits without
