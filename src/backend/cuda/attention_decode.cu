@@ -110,12 +110,6 @@ __device__ __forceinline__ int first_seq_of_range(const long long* seq_prefix, i
   return lo;
 }
 
-// Called by every thread of each CTA holding a piece of a (sequence, KV head) cut by range boundaries, once its
-// partial is written. The CTA that arrives last (an atomic counter in the workspace, left at zero for the next
-// launch) weights each piece's normalised partial by sum * 2^(max - global max) and writes the bf16 output rows
-// of the GQA group. All 128 threads share the work whatever the group: each head's global max is one warp's
-// strided reduction, and the pieces of each (head, 4 dims) item are split among several threads whose loads
-// are independent, so a merge of a hundred pieces costs a few rounds of L2 latency, not a hundred.
 // Output dims d4..d4+3 of query head `head` in row `row`: the merged weighted sum o over its total weight.
 template <int D>
 __device__ __forceinline__ void write_merged_quad(const PagedAttentionArgs& a, int row, int head, int d4,
@@ -170,6 +164,13 @@ __device__ __forceinline__ bool arrives_last(const PagedAttentionArgs& a, const 
   return true;
 }
 
+// Called by every thread of each CTA holding a piece of a (sequence, KV head) cut by range boundaries, once its
+// partial is written. The CTA that arrives last (an atomic counter in the workspace, left at zero for the next
+// launch) weights each piece's normalised partial by sum * 2^(max - global max) and writes the bf16 output rows
+// of the GQA group. Where the group has fewer than 128 items of 4 output dims, each head's global max is one
+// warp's strided reduction and each item's pieces are split among several threads whose loads are independent,
+// so a merge of a hundred pieces costs a few rounds of L2 latency, not a hundred; with an item per thread, each
+// thread walks its item's pieces itself.
 template <int D, int G>
 __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const Piece& piece, const float* ws_acc,
                                               const float* ws_ml, int* counters_end) {
