@@ -110,16 +110,22 @@ __device__ __forceinline__ int first_seq_of_range(const long long* seq_prefix, i
   return lo;
 }
 
-// Output dims d4..d4+3 of query head `head` in row `row`: the merged weighted sum o over its total weight.
+// Output dims d4..d4+3 of query head `head` in row `row`: o x scale, as bf16.
+template <int D>
+__device__ __forceinline__ void write_output_quad(const PagedAttentionArgs& a, int row, int head, int d4,
+                                                  const float (&o)[4], float scale) {
+  __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + head * D + d4;
+  uint2 packed;
+  packed.x = pack_bf16x2(o[0] * scale, o[1] * scale);
+  packed.y = pack_bf16x2(o[2] * scale, o[3] * scale);
+  *reinterpret_cast<uint2*>(dst) = packed;
+}
+
+// A merged weighted sum o over its total weight (zero where no piece had weight).
 template <int D>
 __device__ __forceinline__ void write_merged_quad(const PagedAttentionArgs& a, int row, int head, int d4,
                                                   const float (&o)[4], float total) {
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + head * D + d4;
-  uint2 packed;
-  packed.x = pack_bf16x2(o[0] * inv, o[1] * inv);
-  packed.y = pack_bf16x2(o[2] * inv, o[3] * inv);
-  *reinterpret_cast<uint2*>(dst) = packed;
+  write_output_quad<D>(a, row, head, d4, o, total > 0.f ? 1.f / total : 0.f);
 }
 
 // The spread merges' last step: each item's kParts shares (part p of item i at p * kItems + i) added and written.
@@ -190,9 +196,6 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const
   constexpr int kQuads = D / 4;  // 4 output dims per work item
   constexpr int kItems = G * kQuads;
   constexpr int kParts = kItems < kDecodeThreads ? kDecodeThreads / kItems : 1;  // threads per item
-  auto write_row = [&](int item, const float(&o)[4], float total) {
-    write_merged_quad<D>(a, row, head0 + item / kQuads, (item % kQuads) * 4, o, total);
-  };
   if constexpr (kParts == 1) {
     // Groups of 4+ heads have an item per thread: each thread finds its head's max itself (measured: the spread
     // merge below, inlined, made the G = 4 kernel's key loop 6% slower). The weighted sum is written out in both
@@ -218,7 +221,7 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const
         o[2] = fmaf(w, acc.z, o[2]);
         o[3] = fmaf(w, acc.w, o[3]);
       }
-      write_row(item, o, total);
+      write_merged_quad<D>(a, row, head0 + h, d4, o, total);
     }
   } else {
     for (int h = warp; h < group_size; h += kDecodeWarps) {
@@ -267,7 +270,7 @@ __device__ __forceinline__ void merge_if_last(const PagedAttentionArgs& a, const
 constexpr int kStagedMergeMaxPieces = 128;  // a sequence spans at most kDecodeMaxPieces + 1 ranges
 static_assert(kDecodeMaxPieces + 1 <= kStagedMergeMaxPieces, "the staged merge keeps every piece's weights");
 
-template <int D, int G>
+template <int G>
 constexpr size_t staged_merge_bytes() {
   return kDecodeThreads * (sizeof(float4) + sizeof(float)) + 2 * kStagedMergeMaxPieces * G * sizeof(float) +
          G * sizeof(float);
@@ -381,11 +384,7 @@ __device__ __forceinline__ void finish_piece(const PagedAttentionArgs& a, const 
     }
     const float inv = sum > 0.f ? (kFp8 ? a.v_scale : 1.f) / sum : 0.f;  // partials carry v_scale too
     if (single) {
-      __nv_bfloat16* dst = a.out + static_cast<size_t>(row) * a.num_heads * D + (head0 + h) * D + d4;
-      uint2 packed;
-      packed.x = pack_bf16x2(o[0] * inv, o[1] * inv);
-      packed.y = pack_bf16x2(o[2] * inv, o[3] * inv);
-      *reinterpret_cast<uint2*>(dst) = packed;
+      write_output_quad<D>(a, row, head0 + h, d4, o, inv);
     } else {
       const size_t slot = static_cast<size_t>(piece.slot) * a.num_heads + head0 + h;
       *reinterpret_cast<float4*>(ws_acc + slot * D + d4) = make_float4(o[0] * inv, o[1] * inv, o[2] * inv, o[3] * inv);
@@ -723,7 +722,7 @@ __device__ __forceinline__ void attend_piece_mma(const PagedAttentionArgs& a, in
   __syncthreads();
   state.store(sm_acc, sm_max, sm_sum, warp, lane);
   __syncthreads();
-  static_assert(staged_merge_bytes<D, G>() <= kDecodeWarps * kMmaStages * kStageBytes,
+  static_assert(staged_merge_bytes<G>() <= kDecodeWarps * kMmaStages * kStageBytes,
                 "the staged merge must fit in the ring");
   finish_piece<D, G, kDecodeWarps, kFp8, true>(a, piece, sm_acc, sm_max, sm_sum, ws_acc, ws_ml, counters_end, ring);
 }
