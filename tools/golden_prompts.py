@@ -2,8 +2,10 @@
 """Writes tests/fixtures/golden_prompts.json: eight token-id prompts per golden model, random within its vocab
 from a fixed seed. Lengths 1, 7, 16, 17, 33, 100 (around 16-token block boundaries) and two prompts sharing a
 40-token prefix (prefix caching). The 7-token prompt holds the vocab's first and last ids (embedding bounds).
+Also tests/fixtures/golden_prompts_qwen3_8b.json: four prompts of 7, 64, 257 and 600 tokens for the Qwen3-8B-shaped
+random checkpoint (its tensor-parallel test runs them at TP 1, 2 and 4).
 
-  python3 tools/golden_prompts.py   # from the repository root; rewrites the JSON (it is committed)
+  python3 tools/golden_prompts.py   # from the repository root; rewrites the JSON files (they are committed)
 """
 import json
 import os
@@ -14,6 +16,7 @@ MODELS = ["golden_tied_gqa2", "golden_untied_sharded", "qwen2_bias"]
 LENGTHS = [1, 7, 16, 17, 33, 100]
 SHARED_PREFIX = 40
 SHARED_TAILS = [9, 23]
+QWEN3_8B_LENGTHS = [7, 64, 257, 600]
 
 
 def prompts_for(vocab_size, rng):
@@ -41,6 +44,15 @@ def main():
             rows = ",\n    ".join(json.dumps(p) for p in out[name])
             f.write(f'  "{name}": [\n    {rows}\n  ]' + (",\n" if i + 1 < len(MODELS) else "\n"))
         f.write("}\n")
+    print(f"wrote {path}")
+
+    with open(os.path.join(ROOT, "tools", "configs", "qwen3", "Qwen3-8B.json")) as f:
+        vocab_size = json.load(f)["vocab_size"]
+    rng = random.Random(8008)
+    prompts = [[rng.randrange(vocab_size) for _ in range(n)] for n in QWEN3_8B_LENGTHS]
+    path = os.path.join(ROOT, "tests", "fixtures", "golden_prompts_qwen3_8b.json")
+    with open(path, "w") as f:
+        f.write("{\n  \"qwen3_8b_shape\": [\n    " + ",\n    ".join(json.dumps(p) for p in prompts) + "\n  ]\n}\n")
     print(f"wrote {path}")
 
 

@@ -2,7 +2,7 @@
 # Everything one GPU-machine call does, in order of value, each step time-boxed; run from the repo root there
 # with .carry/ prepared by tools/device/prepare_carry.sh. Results: $OUT/suite.tgz (fixtures, logs) and a
 # summary printed last.
-#   1. HF transformers fp32 fixtures for the golden checkpoints and a Qwen3-0.6B-shaped random model
+#   1. HF transformers fp32 fixtures for the golden checkpoints and Qwen3-0.6B- and Qwen3-8B-shaped random models
 #   2. HF tokenizers fixtures, and HF vs our encode speed on the same machine (tokenizer parity and bench)
 #   3. GPU unit tests, compute-sanitizer, op benchmarks (tests/cuda/run_on_device.sh)
 #   4. the engine on the GPU against the fixtures of step 1 (test_cuda_golden)
@@ -38,6 +38,11 @@ if [[ " $STEPS " == *" 1 "* ]]; then
   step hf_golden_0_6b 120 python3 tools/hf_reference.py --model /tmp/golden/qwen3_0_6b_shape \
     --prompts tests/fixtures/golden_prompts_qwen3_0_6b.json --out "$W/fixtures/golden/qwen3_0_6b_shape.json" \
     --new-tokens 48 --prompt-logprobs-k 5
+  "$C/bin/nanovllm-make-checkpoint" --config "$C/Qwen3-8B.config.json" --out /tmp/golden/qwen3_8b_shape \
+    --seed 8 --dtype bfloat16 >/dev/null
+  step hf_golden_8b 300 python3 tools/hf_reference.py --model /tmp/golden/qwen3_8b_shape \
+    --prompts tests/fixtures/golden_prompts_qwen3_8b.json --out "$W/fixtures/golden/qwen3_8b_shape.json" \
+    --new-tokens 48 --prompt-logprobs-k 5
 fi
 if [[ " $STEPS " == *" 2 "* ]]; then
   TOKENIZERS_PARALLELISM=false step hf_tokenizer 100 python3 tools/hf_tokenizer_reference.py \
@@ -70,8 +75,11 @@ if [[ " $STEPS " == *" 6 "* ]]; then
   gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
   # The sharded ops, unless step 3 ran every op test already.
   [[ " $STEPS " == *" 3 "* ]] || step tp_ops 60 "$C/build/tests/cuda/ops/test_cuda_ops" --gtest_filter='*Embedding*:*Concat*'
-  NANOVLLM_GOLDEN_DIR=/tmp/golden NANOVLLM_FIXTURE_DIR="$PWD/tests/fixtures/golden" \
-  NANOVLLM_QWEN3_8B_CONFIG="$C/Qwen3-8B.config.json" \
+  fixtures="$W/fixtures/golden"
+  [[ -f "$fixtures/qwen3_8b_shape.json" ]] || fixtures="$PWD/tests/fixtures/golden"
+  [[ -f /tmp/golden/qwen3_8b_shape/config.json ]] || "$C/bin/nanovllm-make-checkpoint" \
+    --config "$C/Qwen3-8B.config.json" --out /tmp/golden/qwen3_8b_shape --seed 8 --dtype bfloat16 >/dev/null
+  NANOVLLM_GOLDEN_DIR=/tmp/golden NANOVLLM_FIXTURE_DIR="$fixtures" \
     step tp_tests 300 "$C/build/tests/cuda/parallel/test_cuda_tensor_parallel"
   nv="$C/bin/nanovllm"
   [[ " $STEPS " == *" 5 "* ]] || step bench_0_6b_tp1 120 "$nv" bench --model "$C/Qwen3-0.6B.config.json" \

@@ -25,6 +25,7 @@
 #include "engine/device_support.h"
 #include "engine/llm_engine.h"
 #include "nanovllm/llm.h"
+#include "support/hf_fixture_comparison.h"
 
 namespace nanovllm {
 namespace {
@@ -32,7 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr double kMaxTolerance = 0.15, kMeanTolerance = 0.04, kTieMargin = 0.1;
+constexpr double kMaxTolerance = kHfMaxTolerance, kMeanTolerance = kHfMeanTolerance;
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -45,36 +46,6 @@ std::vector<std::string> models() {
   for (std::string n; std::getline(ss, n, ',');)
     if (!n.empty()) names.push_back(n);
   return names;
-}
-
-// Prompt logprobs against HF's: each within kMaxTolerance (checked here), the mean by the caller.
-struct DistanceToHf {
-  double sum = 0, worst = 0;
-  long count = 0;
-  void expect_near(const json& ref, const std::vector<PositionLogprobs>& plp, const std::string& where) {
-    for (size_t p = 1; p < plp.size(); ++p) {
-      const double hf = ref["prompt_logprobs"][p][0][1].get<double>();
-      const double d = std::fabs(plp[p][0].second - hf);
-      EXPECT_LE(d, kMaxTolerance) << where << " position " << p << " (HF " << hf << ")";
-      sum += d, worst = std::max(worst, d), ++count;
-    }
-  }
-  double mean() const { return sum / static_cast<double>(std::max(count, 1L)); }
-};
-
-// Greedy tokens equal HF's up to the first near-tie (where the check stops); returns how many agreed.
-long expect_greedy_matches_hf(const json& ref, const std::vector<int32_t>& tokens, const std::string& where) {
-  const auto& greedy = ref["greedy_token_ids"];
-  const auto& margins = ref.contains("greedy_top2_margins") ? ref["greedy_top2_margins"] : json();
-  long agreed = 0;
-  for (size_t t = 0; t < greedy.size() && t < tokens.size(); ++t, ++agreed) {
-    if (tokens[t] == greedy[t].get<int32_t>()) continue;
-    const bool tie = !margins.is_null() && margins[t].get<double>() < kTieMargin;
-    EXPECT_TRUE(tie) << where << ": greedy token " << t << " differs from HF with margin "
-                     << (margins.is_null() ? -1.0 : margins[t].get<double>());
-    break;
-  }
-  return agreed;
 }
 
 class CudaGoldenTest : public ::testing::TestWithParam<std::string> {
@@ -104,9 +75,7 @@ class CudaGoldenTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(CudaGoldenTest, MatchesTransformersWithinBf16Tolerance) {
-  std::vector<Prompt> prompts;
-  for (const json& p : fixture_["prompts"])
-    prompts.push_back(Prompt::from_tokens(p["prompt_token_ids"].get<std::vector<int32_t>>()));
+  const std::vector<Prompt> prompts = fixture_prompts(fixture_);
   SamplingParams sp;
   sp.temperature = 0.0f;
   sp.ignore_eos = true;
@@ -155,9 +124,7 @@ TEST_P(CudaGoldenTest, MixedStepsMatchAloneWithinBf16Tolerance) {
   sp.max_tokens = static_cast<int>(fixture_["prompts"][0]["greedy_token_ids"].size());
   sp.prompt_logprobs = 1;
   sp.logprobs = 1;
-  std::vector<Prompt> prompts;
-  for (const json& p : fixture_["prompts"])
-    prompts.push_back(Prompt::from_tokens(p["prompt_token_ids"].get<std::vector<int32_t>>()));
+  const std::vector<Prompt> prompts = fixture_prompts(fixture_);
   std::vector<RequestOutput> alone;
   {
     LLM llm(config(16));
@@ -345,9 +312,7 @@ TEST_P(CudaGoldenTest, Fp8WeightsMatchTheCpuFp8Reference) {
   sp.ignore_eos = true;
   sp.max_tokens = 8;
   sp.prompt_logprobs = 1;
-  std::vector<Prompt> prompts;
-  for (const json& p : fixture_["prompts"])
-    prompts.push_back(Prompt::from_tokens(p["prompt_token_ids"].get<std::vector<int32_t>>()));
+  const std::vector<Prompt> prompts = fixture_prompts(fixture_);
   EngineConfig gpu_config = config(16);
   gpu_config.quantization = "fp8";
   EngineConfig cpu_config = gpu_config;
