@@ -185,6 +185,14 @@ class Backend {
                                int num_kv_heads, int head_dim, float scale, Tensor& out) = 0;
   // out [T, I] = silu(gate_up[:, :I]) * gate_up[:, I:].
   virtual void silu_and_mul(const Tensor& gate_up, Tensor& out) = 0;
+  // The MLP's gate_up linear and silu_and_mul() in one call, where this backend has a kernel for it at these
+  // shapes: out [T, I] = silu(x . gate^T) * (x . up^T) for weight [2I, K] = [gate; up] (bf16, or with a non-empty
+  // block_scale Qwen's FP8 codes as in linear_fp8()), equal to linear() (or linear_fp8()) into a [T, 2I] buffer
+  // followed by silu_and_mul(). Returns false and does nothing where it has none: the caller runs those two.
+  virtual bool linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale, Tensor& out) {
+    (void)x, (void)weight, (void)block_scale, (void)out;
+    return false;
+  }
   // out [R, H] = x[rows[r]].
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
   // Joins column chunks: parts [P, R, C] and out [R, N] with N <= P * C, both F32; out[r, p * C + j] =

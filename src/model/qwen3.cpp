@@ -252,8 +252,10 @@ void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cac
     b.paged_attention(q, cache[i], step.attention, nh, nkv, d, scale, attn);
     linear(attn, L.o_proj, Tensor{}, delta);
     reduce_add_norm(delta, residual, L.post_attention_norm, hidden);
-    linear(hidden, L.gate_up, Tensor{}, gate_up);
-    b.silu_and_mul(gate_up, act);
+    if (!b.linear_silu_and_mul(hidden, L.gate_up.weight, L.gate_up.block_scale, act)) {
+      linear(hidden, L.gate_up, Tensor{}, gate_up);
+      b.silu_and_mul(gate_up, act);
+    }
     linear(act, L.down_proj, Tensor{}, delta);
     // The next layer's input norm, or the final norm after the last layer.
     reduce_add_norm(delta, residual, i + 1 < layers_.size() ? layers_[i + 1].input_norm : final_norm_, hidden);

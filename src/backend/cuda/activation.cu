@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/programmatic_launch.cuh"
+#include "backend/cuda/silu.cuh"
 
 namespace nanovllm::cuda {
 namespace {
@@ -20,7 +21,7 @@ __global__ void silu_and_mul_kernel(const __nv_bfloat16* __restrict__ gate_up, _
     to_float8(load_bf16x8(row + c), g);
     to_float8(load_bf16x8(row + inter + c), u);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) o[j] = g[j] / (1.0f + __expf(-g[j])) * u[j];
+    for (int j = 0; j < 8; ++j) o[j] = silu_mul(g[j], u[j]);
     store_bf16x8(out + t * inter + c, from_float8(o));
   }
 }

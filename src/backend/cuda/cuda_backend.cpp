@@ -100,6 +100,14 @@ LinearDims check_linear(const char* op, const Tensor& x, const Tensor& weight, D
   return {static_cast<int>(m), static_cast<int>(n), static_cast<int>(k)};
 }
 
+// An FP8 weight's block scales: F32 [ceil(N / 128), ceil(K / 128)] for the linear's dimensions.
+void check_block_scale(const char* op, const Tensor& block_scale, const LinearDims& d) {
+  require_dtype(block_scale, DType::F32, op, "block_scale");
+  require(block_scale.ndim == 2 && block_scale.dim(0) == fp8_blocks(d.n) && block_scale.dim(1) == fp8_blocks(d.k), op,
+          "block_scale " + block_scale.shape_string() + " must be [" + std::to_string(fp8_blocks(d.n)) + ", " +
+              std::to_string(fp8_blocks(d.k)) + "]");
+}
+
 // The value of environment variable `name` among `choices` (name, value); unset or empty is the first.
 template <typename T>
 T environment_choice(const char* name, std::initializer_list<std::pair<const char*, T>> choices) {
@@ -471,10 +479,7 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
   make_current();
   const char* op = "linear_fp8";
   const LinearDims d = check_linear(op, x, weight, DType::F8_E4M3, bias, out);
-  require_dtype(block_scale, DType::F32, op, "block_scale");
-  require(block_scale.ndim == 2 && block_scale.dim(0) == fp8_blocks(d.n) && block_scale.dim(1) == fp8_blocks(d.k), op,
-          "block_scale " + block_scale.shape_string() + " must be [" + std::to_string(fp8_blocks(d.n)) + ", " +
-              std::to_string(fp8_blocks(d.k)) + "]");
+  check_block_scale(op, block_scale, d);
   cuda::GemvArgs gemv;
   gemv.x = bf16(x);
   gemv.weight_fp8 = weight.as<uint8_t>();
@@ -621,6 +626,36 @@ void CudaBackend::silu_and_mul(const Tensor& gate_up, Tensor& out) {
           "gate_up " + gate_up.shape_string() + " / out " + out.shape_string() + " must be [T, 2I] / [T, I]");
   require(inter % 8 == 0, "silu_and_mul", "intermediate size must be a multiple of 8");
   cuda::launch_silu_and_mul(bf16(gate_up), bf16_mut(out), static_cast<int>(t), static_cast<int>(inter), stream_);
+}
+
+// Decode batches (the GEMV's row counts) only: above them the GEMM and silu_and_mul run apart.
+bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale, Tensor& out) {
+  make_current();
+  const char* op = "linear_silu_and_mul";
+  const bool fp8 = !block_scale.empty();
+  require_dtype(out, DType::BF16, op, "out");
+  // The same operands as linear() into [T, 2I], with out [T, I].
+  const Tensor gate_up_shape{out.data, DType::BF16, {out.numel() / std::max<int64_t>(out.dim(-1), 1), 2 * out.dim(-1)}};
+  const LinearDims d = check_linear(op, x, weight, fp8 ? DType::F8_E4M3 : DType::BF16, Tensor{}, gate_up_shape);
+  if (fp8) check_block_scale(op, block_scale, d);
+  cuda::GemvArgs gemv;
+  gemv.x = bf16(x);
+  if (fp8) {
+    gemv.weight_fp8 = weight.as<uint8_t>();
+    gemv.block_scale = block_scale.as<float>();
+  } else {
+    gemv.weight = bf16(weight);
+  }
+  gemv.out = out.data;
+  gemv.out_dtype = DType::BF16;
+  gemv.tokens = d.m;
+  gemv.n = d.n / 2;
+  gemv.k = d.k;
+  gemv.swiglu = true;
+  if (!cuda::gemv_supports(gemv)) return false;
+  if (fp8) last_fp8_linear_path_ = Fp8LinearPath::kGemv;
+  cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
+  return true;
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {

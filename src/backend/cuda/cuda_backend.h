@@ -90,6 +90,7 @@ class CudaBackend final : public Backend {
   void paged_attention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch, int num_heads,
                        int num_kv_heads, int head_dim, float scale, Tensor& out) override;
   void silu_and_mul(const Tensor& gate_up, Tensor& out) override;
+  bool linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void concat_column_chunks(const Tensor& parts, Tensor& out) override;
   void set_logits(Tensor& logits, const Tensor& rows, const Tensor& tokens, float value) override;

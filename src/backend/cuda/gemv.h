@@ -30,10 +30,15 @@ struct GemvArgs {
   // block_scale[i / 128, j / 128] with block_scale F32 [ceil(n / 128), ceil(k / 128)].
   const uint8_t* weight_fp8 = nullptr;
   const float* block_scale = nullptr;
+  // The MLP's gate_up and SiLU in one call: weight (or weight_fp8) holds [gate; up], 2n rows, and out [tokens, n]
+  // = silu(x . gate^T) * (x . up^T), the same bits as the plain call followed by silu_and_mul. Needs n % 16 == 0,
+  // no bias, BF16 out, and FP8 codes of under 32 M elements (2n x k).
+  bool swiglu = false;
 };
 
 // True when the GEMV handles these arguments: 1 <= tokens <= kGemvMaxTokens, n >= 1, k a positive multiple
-// of 8 (16 for FP8 codes with their scales), x and weight 16-byte aligned, out_dtype BF16 or F32. Any n.
+// of 8 (16 for FP8 codes with their scales), x and weight 16-byte aligned, out_dtype BF16 or F32. Any n (but
+// see swiglu).
 bool gemv_supports(const GemvArgs& args);
 
 // Enqueues the GEMV on `stream`; throws InvalidInput when !gemv_supports(args). sm_count: the device's

@@ -5,7 +5,10 @@
 // fails. Tolerances as in test_linear.cpp: 1e-2 relative L2 for bf16 out, 1e-4 for fp32 out.
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
@@ -175,6 +178,68 @@ TEST_F(GemvTest, BackendLinearAtDecodeBatch) {
   expect_rel_l2(read_gpu(out), read_cpu(want), 1e-2, "linear T=4 qkv");
 }
 
+// The MLP's gate_up and SiLU in one call (linear_silu_and_mul) against the two calls it stands for, on the same
+// inputs: the same bits, bf16 and FP8 weights, every token count with a code path (one to four row groups), I from
+// one CTA of the largest groups to Qwen3-8B's TP-4 shard, K not a multiple of the 128-wide scale blocks. Outputs
+// are NaN-poisoned. Calls the fused kernel does not take (more than 16 rows, I not a multiple of 16, FP8 codes of
+// 32 M elements or more, the CPU backend) return false and write nothing.
+TEST_F(GemvTest, FusedSiluMatchesLinearThenSilu) {
+  struct Shape {
+    int inter, k;
+  };
+  for (const bool fp8 : {false, true}) {
+    for (const Shape s :
+         {Shape{16, 64}, Shape{48, 1040}, Shape{1536, 1024}, Shape{3072, 1024}, Shape{1024, 3072}, Shape{3072, 4096}}) {
+      const int n = 2 * s.inter;
+      const int64_t sn = (n + 127) / 128, sk = (s.k + 127) / 128;
+      const auto w = fp8 ? random_fp8_codes(rng_, int64_t{n} * s.k) : std::vector<uint8_t>{};
+      const auto w_bf16 = fp8 ? std::vector<float>{} : random_bf16_values(rng_, int64_t{n} * s.k, 0.1f);
+      const auto scales = random_fp8_scales(rng_, sn * sk);
+      const Tensor weight = fp8 ? gpu_raw(w, DType::F8_E4M3, {n, s.k}) : gpu_bf16(w_bf16, {n, s.k});
+      const Tensor scale = fp8 ? gpu_raw(scales, DType::F32, {sn, sk}) : Tensor();
+      if (fp8) gpu().reserve_fp8_linear(n, s.k);
+      for (const int t : {1, 2, 3, 8, 9, 16}) {
+        const std::string where = std::string(fp8 ? "fp8" : "bf16") + " I=" + std::to_string(s.inter) +
+                                  " K=" + std::to_string(s.k) + " T=" + std::to_string(t);
+        const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * s.k), {t, s.k});
+        Tensor fused = gpu_empty(DType::BF16, {t, s.inter}), gate_up = gpu_empty(DType::BF16, {t, n}),
+               apart = gpu_empty(DType::BF16, {t, s.inter});
+        ASSERT_TRUE(gpu().linear_silu_and_mul(x, weight, scale, fused)) << where;
+        if (fp8) {
+          gpu().linear_fp8(x, weight, scale, Tensor(), gate_up);
+        } else {
+          gpu().linear(x, weight, Tensor(), gate_up);
+        }
+        gpu().silu_and_mul(gate_up, apart);
+        const auto got = read_gpu(fused), want = read_gpu(apart);
+        ASSERT_EQ(read_gpu_bytes(fused), read_gpu_bytes(apart))
+            << where << ": first value " << got[0] << " vs " << want[0];
+        for (const float v : got) ASSERT_TRUE(std::isfinite(v)) << where;
+      }
+    }
+  }
+  // Not taken: 17 rows, I = 24, the CPU backend.
+  const auto w = random_bf16_values(rng_, 2 * 24 * 64, 0.1f);
+  Tensor out = gpu_empty(DType::BF16, {17, 32});
+  EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, 17 * 64), {17, 64}),
+                                         gpu_bf16(random_bf16_values(rng_, 64 * 64, 0.1f), {64, 64}), Tensor(), out));
+  Tensor out24 = gpu_empty(DType::BF16, {1, 24});
+  EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, 64), {1, 64}), gpu_bf16(w, {48, 64}),
+                                         Tensor(), out24));
+  for (const float v : read_gpu(out)) ASSERT_TRUE(std::isnan(v)) << "a refused call wrote its output";
+  // FP8 codes of 2 x 4096 x 4096 = 32 M elements: over the bound.
+  const int64_t big = 4096;
+  Tensor out_big = gpu_empty(DType::BF16, {1, big});
+  gpu().reserve_fp8_linear(2 * big, big);
+  EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, big), {1, big}),
+                                         gpu_raw(random_fp8_codes(rng_, 2 * big * big), DType::F8_E4M3, {2 * big, big}),
+                                         gpu_raw(random_fp8_scales(rng_, 64 * 32), DType::F32, {64, 32}), out_big));
+  for (const float v : read_gpu(out_big)) ASSERT_TRUE(std::isnan(v)) << "a refused FP8 call wrote its output";
+  Tensor cpu_out = cpu_empty(DType::F32, {1, 24});
+  EXPECT_FALSE(cpu().linear_silu_and_mul(cpu_f32(random_bf16_values(rng_, 64), {1, 64}), cpu_f32(w, {48, 64}), Tensor(),
+                                         cpu_out));
+}
+
 // Which calls the GEMV takes (host logic only: the pointers are never dereferenced).
 TEST(GemvSupports, Limits) {
   const auto* aligned = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{4096});
@@ -196,6 +261,26 @@ TEST(GemvSupports, Limits) {
   EXPECT_FALSE(with([&](cuda::GemvArgs& a) { a.weight = misaligned; }));
   EXPECT_FALSE(with([](cuda::GemvArgs& a) { a.out_dtype = DType::I32; }));
   EXPECT_TRUE(with([](cuda::GemvArgs& a) { a.out_dtype = DType::F32; }));
+  // The fused SiLU: n a multiple of 16, bf16 out, no bias.
+  const auto swiglu = [&](int n, DType out_dtype, bool bias) {
+    return with([&](cuda::GemvArgs& a) {
+      a.swiglu = true, a.n = n, a.out_dtype = out_dtype, a.bias = bias ? aligned : nullptr;
+    });
+  };
+  EXPECT_TRUE(swiglu(48, DType::BF16, false));
+  EXPECT_FALSE(swiglu(40, DType::BF16, false));
+  EXPECT_FALSE(swiglu(48, DType::F32, false));
+  EXPECT_FALSE(swiglu(48, DType::BF16, true));
+  EXPECT_TRUE(with([&](cuda::GemvArgs& a) {
+    a.swiglu = true, a.n = 4096, a.k = 4096 - 16, a.weight = nullptr,
+    a.block_scale = reinterpret_cast<const float*>(aligned);
+    a.weight_fp8 = reinterpret_cast<const uint8_t*>(aligned);
+  }));
+  EXPECT_FALSE(with([&](cuda::GemvArgs& a) {
+    a.swiglu = true, a.n = 4096, a.k = 4096, a.weight = nullptr,
+    a.block_scale = reinterpret_cast<const float*>(aligned);
+    a.weight_fp8 = reinterpret_cast<const uint8_t*>(aligned);
+  }));
   EXPECT_THROW(cuda::launch_gemv(cuda::GemvArgs{}, 132, nullptr), InvalidInput);
 }
 
