@@ -649,7 +649,7 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
 }
 
 // The tensor-core loop's stages: each warp keeps kMmaStages - 1 chunks (8 KiB of bf16, 4 of codes) in flight;
-// its four warps' rings (96 / 48 KiB) fit two (three) CTAs an SM.
+// its four warps' rings (96 / 48 KiB) fit two (three) CTAs an SM, one (two) within the decode step's split.
 constexpr int kMmaStages = 3;
 constexpr int mma_min_ctas(bool fp8) { return fp8 ? 3 : 2; }
 constexpr int kMmaRingOffset = ((kDecodeMaxSeqs + 1) * 8 + 127) / 128 * 128;  // after the largest prefix array
@@ -744,12 +744,11 @@ __global__ void __launch_bounds__(kDecodeThreads, kMma ? mma_min_ctas(kFp8) : de
   extern __shared__ __align__(128) long long seq_prefix[];  // [num_seqs + 1]; then the MMA stages
   __shared__ Piece piece;
   __shared__ int longest;
-  // The tensor-core loop does not let the next kernel in early. Its stages need most of the SM's unified L1 /
-  // shared memory, and an SM changes that split only when it is idle: next kernels resident beside these CTAs
-  // would run on with a few KiB of L1, and the decode GEMV that follows in steps of <= 16 rows rereads its
-  // input through L1 (H100, Qwen3-8B batch 16 with 1k contexts: 9.39 ms a token with the early start, 7.38
-  // without; the CUDA-core loop 7.64).
-  if constexpr (!kMma) allow_next_grid();
+  // The next kernel may start now: the launch asks for the step's L1 / shared split (programmatic_launch.h), so
+  // kernels let in beside these CTAs keep their L1. (Under a split made for two tensor-core CTAs an SM, the GEMV
+  // let in beside them had a few KiB of L1: Qwen3-8B batch 16 with 1k contexts 9.39 ms a token, 7.38 without the
+  // early start; results.md R79, R86.)
+  allow_next_grid();
   // The lengths are step metadata, written by copies before the step, never by a kernel that lets its
   // dependents start early: reading them now overlaps the previous kernel's end.
   scan_lengths(a, seq_prefix, longest);
@@ -802,10 +801,21 @@ size_t decode_dynamic_smem(int num_seqs) {
 template <int D, int G, bool kFp8, bool kMma>
 int decode_ctas_per_sm() {
   static const int per_sm = [] {
+    const auto kernel = decode_split_kernel<D, G, kFp8, kMma>;
+    const size_t dynamic_smem = decode_dynamic_smem<kFp8, kMma>(kDecodeMaxSeqs);
     int blocks = 0;
-    NANOVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_split_kernel<D, G, kFp8, kMma>,
-                                                                      kDecodeThreads,
-                                                                      decode_dynamic_smem<kFp8, kMma>(kDecodeMaxSeqs)));
+    NANOVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kDecodeThreads, dynamic_smem));
+    // Within the step's shared split (launch_programmatic asks for it), which the occupancy query does not know:
+    // the one wave of ranges must be resident at once.
+    if (step_shared_carveout_percent() >= 0) {
+      cudaFuncAttributes attributes{};
+      NANOVLLM_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+      int device = 0, reserved = 0;
+      NANOVLLM_CUDA_CHECK(cudaGetDevice(&device));
+      NANOVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+      const size_t per_cta = dynamic_smem + attributes.sharedSizeBytes + static_cast<size_t>(reserved);
+      blocks = std::min(blocks, static_cast<int>(static_cast<size_t>(kStepSharedMemoryBytes) / per_cta));
+    }
     return std::clamp(blocks, 1, kDecodeMaxCtasPerSm);
   }();
   return per_sm;

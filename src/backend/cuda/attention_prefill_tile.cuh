@@ -467,7 +467,8 @@ void launch_prefill_grid(const char* name, Kernel kernel, size_t smem, const Pag
   if (grid.y > 65535 || grid.z > 65535)
     throw EngineError(std::string(name) + ": " + std::to_string(a.num_seqs) + " sequences of up to " +
                       std::to_string(a.max_seqlen_q) + " query rows exceed the grid limit 65535");
-  launch_programmatic(name, kernel, grid, dim3(kThreads), smem, stream, a, order, extra...);
+  launch_programmatic_split(SharedSplit::kKernelsOwn, name, kernel, grid, dim3(kThreads), smem, stream, a, order,
+                            extra...);
 }
 
 }  // namespace nanovllm::cuda::attention_detail

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -20,6 +21,18 @@ bool programmatic_launch_enabled() {
     return major >= 9;
   }();
   return enabled;
+}
+
+int step_shared_carveout_percent() {
+  static const int percent = [] {
+    if (!programmatic_launch_enabled()) return -1;
+    int device = 0, shared_per_sm = 0;
+    NANOVLLM_CUDA_CHECK(cudaGetDevice(&device));
+    NANOVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&shared_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    if (shared_per_sm <= 0) return -1;
+    return std::min(100, (100 * kStepSharedMemoryBytes + shared_per_sm - 1) / shared_per_sm);
+  }();
+  return percent;
 }
 
 }  // namespace nanovllm::cuda

@@ -7,6 +7,7 @@
 // fully ordered as always, so mixing both is safe.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
@@ -35,26 +36,40 @@ __device__ __forceinline__ void start_after_previous_grid() {
   wait_for_previous_grid();
 }
 
-// kernel<<<grid, block, shared_bytes, stream>>>(args...), with the programmatic-serialisation attribute when
-// programmatic_launch_enabled(); `name` names the kernel in launch errors.
+// The L1 / shared split a programmatic launch asks for: the decode step's (programmatic_launch.h), or the
+// driver's choice for the kernel alone (prefill attention, whose CTAs need more shared memory than the step's).
+enum class SharedSplit { kStep, kKernelsOwn };
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...), with the programmatic-serialisation attribute and the
+// split's carveout when programmatic_launch_enabled(); `name` names the kernel in launch errors.
 template <typename... Params, typename... Args>
-void launch_programmatic(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                         cudaStream_t stream, Args&&... args) {
+void launch_programmatic_split(SharedSplit split, const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                               size_t shared_bytes, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+  attributes[1].val.sharedMemCarveout = static_cast<unsigned>(std::max(step_shared_carveout_percent(), 0));
   if (programmatic_launch_enabled()) {
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    config.attrs = attributes;
+    config.numAttrs = split == SharedSplit::kStep ? 2 : 1;
   }
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess) throw_cuda_error(err, (std::string("kernel ") + name).c_str(), __FILE__, __LINE__);
   check_launch(name, __FILE__, __LINE__);
+}
+
+// A kernel of the decode step: the step's split.
+template <typename... Params, typename... Args>
+void launch_programmatic(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                         cudaStream_t stream, Args&&... args) {
+  launch_programmatic_split(SharedSplit::kStep, name, kernel, grid, block, shared_bytes, stream,
+                            std::forward<Args>(args)...);
 }
 
 }  // namespace nanovllm::cuda

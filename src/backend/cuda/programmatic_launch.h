@@ -8,4 +8,15 @@ namespace nanovllm::cuda {
 // as a way out should a driver misbehave). Decided once per process, from the device current at first use.
 bool programmatic_launch_enabled();
 
+// Where programmatic launch is on, every kernel of a decode step asks for the same split of each SM's unified L1 /
+// shared memory, this much shared: an SM re-splits only when idle, so a kernel let in early beside CTAs of another
+// split ran with the wrong one (the decode GEMV, which rereads its input through L1, with a few KiB of it beside
+// the tensor-core decode attention). 120 KiB holds one CTA of that attention (two with FP8 codes) and leaves the
+// rest as L1 (124 KiB on an H100 or H200, whose driver rounds the split up to 132 of their 228 KiB).
+inline constexpr int kStepSharedMemoryBytes = 120 << 10;
+
+// The carveout (percent of the device's shared memory per SM) that asks for kStepSharedMemoryBytes, or -1 where
+// programmatic launch is off (no preference then). Decided once per process, like programmatic_launch_enabled().
+int step_shared_carveout_percent();
+
 }  // namespace nanovllm::cuda
