@@ -276,11 +276,12 @@ void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ctas));
   const dim3 block(static_cast<unsigned>(warps * 32));
   const void* weight = fp8 ? static_cast<const void*>(a.weight_fp8) : static_cast<const void*>(a.weight);
-  // The integer-pipe conversion is chosen by the weight's size (the fused call's is 2n x k, and gemv_supports
-  // keeps it under the bound).
+  // FP8 codes take the integer pipes in weights under kIntegerCodesMaxWeight elements (the fused call's is 2n x k),
+  // the conversion instructions above; gemv_supports gives the fused call only the first, so only the plain
+  // kernel has the second.
   const bool integer_codes = fp8 && static_cast<int64_t>(a.n) * (kSwiglu ? 2 : 1) * a.k < kIntegerCodesMaxWeight;
   auto kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, false, false, kSwiglu>;
-  if (fp8) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, true, kSwiglu>;
+  if (integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, true, kSwiglu>;
   if constexpr (!kSwiglu) {
     if (fp8 && !integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, false>;
   }
