@@ -30,31 +30,33 @@ def prompts_for(vocab_size, rng):
     return prompts
 
 
-def main():
-    out = {}
-    for seed, name in enumerate(MODELS):
-        with open(os.path.join(ROOT, "tools", "configs", name + ".json")) as f:
-            vocab_size = json.load(f)["vocab_size"]
-        out[name] = prompts_for(vocab_size, random.Random(1000 + seed))
-    path = os.path.join(ROOT, "tests", "fixtures", "golden_prompts.json")
+def vocab_size_of(*config_path):
+    with open(os.path.join(ROOT, "tools", "configs", *config_path)) as f:
+        return json.load(f)["vocab_size"]
+
+
+def write_prompts(file_name, prompts_by_model):
+    """One prompt list per line, keyed by model name, so diffs of the committed files stay readable."""
+    path = os.path.join(ROOT, "tests", "fixtures", file_name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    entries = []
+    for name, prompts in prompts_by_model.items():
+        rows = ",\n    ".join(json.dumps(p) for p in prompts)
+        entries.append(f'  "{name}": [\n    {rows}\n  ]')
     with open(path, "w") as f:
-        f.write("{\n")
-        for i, name in enumerate(MODELS):
-            rows = ",\n    ".join(json.dumps(p) for p in out[name])
-            f.write(f'  "{name}": [\n    {rows}\n  ]' + (",\n" if i + 1 < len(MODELS) else "\n"))
-        f.write("}\n")
+        f.write("{\n" + ",\n".join(entries) + "\n}\n")
     print(f"wrote {path}")
 
-    with open(os.path.join(ROOT, "tools", "configs", "qwen3", "Qwen3-8B.json")) as f:
-        vocab_size = json.load(f)["vocab_size"]
+
+def main():
+    write_prompts("golden_prompts.json", {
+        name: prompts_for(vocab_size_of(name + ".json"), random.Random(1000 + seed))
+        for seed, name in enumerate(MODELS)
+    })
     rng = random.Random(8008)
-    prompts = [[rng.randrange(vocab_size) for _ in range(n)] for n in QWEN3_8B_LENGTHS]
-    path = os.path.join(ROOT, "tests", "fixtures", "golden_prompts_qwen3_8b.json")
-    with open(path, "w") as f:
-        f.write("{\n  \"qwen3_8b_shape\": [\n    " + ",\n    ".join(json.dumps(p) for p in prompts) + "\n  ]\n}\n")
-    print(f"wrote {path}")
-
+    vocab_size = vocab_size_of("qwen3", "Qwen3-8B.json")
+    write_prompts("golden_prompts_qwen3_8b.json",
+                  {"qwen3_8b_shape": [[rng.randrange(vocab_size) for _ in range(n)] for n in QWEN3_8B_LENGTHS]})
 
 if __name__ == "__main__":
     main()

@@ -628,8 +628,10 @@ void CudaBackend::silu_and_mul(const Tensor& gate_up, Tensor& out) {
   cuda::launch_silu_and_mul(bf16(gate_up), bf16_mut(out), static_cast<int>(t), static_cast<int>(inter), stream_);
 }
 
-// Decode batches (the GEMV's row counts) only: above them the GEMM and silu_and_mul run apart.
+// Decode batches (the GEMV's row counts) only: above them the GEMM and silu_and_mul run apart, and the refusal
+// comes before any checking (linear() checks the same operands next).
 bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale, Tensor& out) {
+  if (x.numel() > static_cast<int64_t>(cuda::kGemvMaxTokens) * x.dim(-1)) return false;
   make_current();
   const char* op = "linear_silu_and_mul";
   const bool fp8 = !block_scale.empty();

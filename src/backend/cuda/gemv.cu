@@ -330,9 +330,11 @@ bool gemv_supports(const GemvArgs& a) {
 
 void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   if (!gemv_supports(a)) {
-    throw InvalidInput("gemv: unsupported call tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) +
-                       " k=" + std::to_string(a.k) + " (needs 1 <= tokens <= " + std::to_string(kGemvMaxTokens) +
-                       ", k % 8 == 0, 16-byte aligned x and weight, BF16 or F32 out)");
+    throw InvalidInput(
+        "gemv: unsupported call tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) +
+        " k=" + std::to_string(a.k) + " (needs 1 <= tokens <= " + std::to_string(kGemvMaxTokens) +
+        ", k % 8 == 0, 16-byte aligned x and weight, BF16 or F32 out" +
+        (a.swiglu ? "; fused SiLU: n % 16 == 0, no bias, BF16 out, FP8 codes under 32 M elements)" : ")"));
   }
   sm_count = std::max(sm_count, 1);
   // The fused call takes the row groups of the plain call over its 2n weight rows: the same CTAs and k-split.

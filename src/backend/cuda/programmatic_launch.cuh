@@ -7,7 +7,6 @@
 // fully ordered as always, so mixing both is safe.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
@@ -51,13 +50,14 @@ void launch_programmatic_split(SharedSplit split, const char* name, void (*kerne
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   cudaLaunchAttribute attributes[2]{};
-  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[0].val.programmaticStreamSerializationAllowed = 1;
-  attributes[1].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
-  attributes[1].val.sharedMemCarveout = static_cast<unsigned>(std::max(step_shared_carveout_percent(), 0));
   if (programmatic_launch_enabled()) {
+    attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[0].val.programmaticStreamSerializationAllowed = 1;
+    const int carveout = split == SharedSplit::kStep ? step_shared_carveout_percent() : -1;
+    attributes[1].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+    attributes[1].val.sharedMemCarveout = static_cast<unsigned>(carveout);
     config.attrs = attributes;
-    config.numAttrs = split == SharedSplit::kStep ? 2 : 1;
+    config.numAttrs = carveout >= 0 ? 2 : 1;
   }
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess) throw_cuda_error(err, (std::string("kernel ") + name).c_str(), __FILE__, __LINE__);

@@ -12,7 +12,8 @@ bool programmatic_launch_enabled();
 // shared memory, this much shared: an SM re-splits only when idle, so a kernel let in early beside CTAs of another
 // split ran with the wrong one (the decode GEMV, which rereads its input through L1, with a few KiB of it beside
 // the tensor-core decode attention). 120 KiB holds one CTA of that attention (two with FP8 codes) and leaves the
-// rest as L1 (124 KiB on an H100 or H200, whose driver rounds the split up to 132 of their 228 KiB).
+// rest of the SM's 256 KiB as L1 (the driver picks one of the SM's fixed splits at least this large; which one
+// was not read back).
 inline constexpr int kStepSharedMemoryBytes = 120 << 10;
 
 // The carveout (percent of the device's shared memory per SM) that asks for kStepSharedMemoryBytes, or -1 where

@@ -13,6 +13,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
 #include "tests/cuda/ops/ops_test_support.h"
+#include "tests/support/expect_invalid.h"
 
 namespace nanovllm::test {
 namespace {
@@ -227,6 +228,7 @@ TEST_F(GemvTest, FusedSiluMatchesLinearThenSilu) {
   EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, 64), {1, 64}), gpu_bf16(w, {48, 64}),
                                          Tensor(), out24));
   for (const float v : read_gpu(out)) ASSERT_TRUE(std::isnan(v)) << "a refused call wrote its output";
+  for (const float v : read_gpu(out24)) ASSERT_TRUE(std::isnan(v)) << "a refused call wrote its output";
   // FP8 codes of 2 x 4096 x 4096 = 32 M elements: over the bound.
   const int64_t big = 4096;
   Tensor out_big = gpu_empty(DType::BF16, {1, big});
@@ -282,6 +284,11 @@ TEST(GemvSupports, Limits) {
     a.weight_fp8 = reinterpret_cast<const uint8_t*>(aligned);
   }));
   EXPECT_THROW(cuda::launch_gemv(cuda::GemvArgs{}, 132, nullptr), InvalidInput);
+  // A refused fused call names the fused call's needs.
+  cuda::GemvArgs fused_odd = ok;
+  fused_odd.swiglu = true, fused_odd.n = 40;
+  nanovllm::testing::expect_invalid([&] { cuda::launch_gemv(fused_odd, 132, nullptr); },
+                                    {"n=40", "fused SiLU: n % 16 == 0"});
 }
 
 }  // namespace
