@@ -84,6 +84,13 @@ struct BackendLimits {
 
 // Ops recorded once and replayed with one launch, over the buffers and shapes they were recorded with (a CUDA
 // graph). Made by Backend::capture_graph.
+// The input of a linear whose RMSNorm the linear before it left half done (Backend::linear_add_folded_norm):
+// the residual's sums of squares in pieces, and the norm's eps. Empty pieces: an ordinary input.
+struct FoldedNormInput {
+  Tensor pieces;  // F32 [T, folded_norm_pieces(H)]
+  float eps = 0.0f;
+};
+
 class OpGraph {
  public:
   virtual ~OpGraph() = default;
@@ -189,9 +196,43 @@ class Backend {
   // shapes: out [T, I] = silu(x . gate^T) * (x . up^T) for weight [2I, K] = [gate; up] (bf16, or with a non-empty
   // block_scale Qwen's FP8 codes as in linear_fp8()), equal to linear() (or linear_fp8()) into a [T, 2I] buffer
   // followed by silu_and_mul(). Returns false and does nothing where it has none: the caller runs those two.
-  virtual bool linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale, Tensor& out) {
-    (void)x, (void)weight, (void)block_scale, (void)out;
+  // input_norm: x is the half-normed output of linear_add_folded_norm (see there).
+  virtual bool linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
+                                   const FoldedNormInput& input_norm, Tensor& out) {
+    (void)x, (void)weight, (void)block_scale, (void)input_norm, (void)out;
     return false;
+  }
+  // An RMSNorm folded into the linears on either side of it, for decode batches: add_rms_norm(x . W^T, residual,
+  // norm_weight) then linear(out, W2) costs two launches and a round trip more than the norm's arithmetic. The
+  // linear before it (linear_add_folded_norm) adds its product to residual as add_rms_norm does and writes out =
+  // residual * norm_weight and the residual's sums of squares in pieces; the linear after it
+  // (linear_folded_norm_input, or linear_silu_and_mul with input_norm) multiplies its products by each row's
+  // 1 / rms. The same math, rounded differently (the products multiply bf16(residual * norm_weight), not
+  // bf16(residual / rms * norm_weight)). Whether this backend does it for T rows of width H between linears whose
+  // weights are weight_dtype (compute_dtype(), or F8_E4M3 for Qwen's block-scaled FP8):
+  virtual bool supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype) const {
+    (void)tokens, (void)hidden, (void)weight_dtype;
+    return false;
+  }
+  // Pieces a row's sums of squares come in (the width of FoldedNormInput::pieces).
+  virtual int64_t folded_norm_pieces(int64_t hidden) const {
+    (void)hidden;
+    return 0;
+  }
+  // residual += x . weight^T (rounded to compute_dtype() as add_rms_norm rounds it); out = residual * norm_weight;
+  // pieces = the new residual's sums of squares. weight bf16, or FP8 codes with a non-empty block_scale as in
+  // linear_fp8(). Only where supports_norm_fold().
+  virtual void linear_add_folded_norm(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
+                                      Tensor& residual, const Tensor& norm_weight, Tensor& pieces, Tensor& out) {
+    (void)x, (void)weight, (void)block_scale, (void)residual, (void)norm_weight, (void)pieces, (void)out;
+    throw EngineError(name() + " backend does not fold norms (linear_add_folded_norm)");
+  }
+  // linear() (or linear_fp8() with a non-empty block_scale) of linear_add_folded_norm's out: each product times
+  // its row's 1 / rms from input_norm, then the bias. Only where supports_norm_fold().
+  virtual void linear_folded_norm_input(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
+                                        const Tensor& bias, const FoldedNormInput& input_norm, Tensor& out) {
+    (void)x, (void)weight, (void)block_scale, (void)bias, (void)input_norm, (void)out;
+    throw EngineError(name() + " backend does not fold norms (linear_folded_norm_input)");
   }
   // out [R, H] = x[rows[r]].
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;

@@ -1,5 +1,6 @@
 #include "model/qwen3.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -117,7 +118,10 @@ Qwen3Model::LinearWeight Qwen3Model::load_fp8_linear(WeightSource& weights, cons
   return w;
 }
 
-void Qwen3Model::linear(const Tensor& x, const LinearWeight& w, const Tensor& bias, Tensor& out) {
+void Qwen3Model::linear(const Tensor& x, const LinearWeight& w, const Tensor& bias, Tensor& out,
+                        const FoldedNormInput& input_norm) {
+  if (!input_norm.pieces.empty())
+    return backend_.linear_folded_norm_input(x, w.weight, w.block_scale, bias, input_norm, out);
   if (w.block_scale.empty()) return backend_.linear(x, w.weight, bias, out);
   backend_.linear_fp8(x, w.weight, w.block_scale, bias, out);
 }
@@ -214,6 +218,17 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
   gate_up_out_ = allocate(act, {T, 2 * i_local});
   act_ = allocate(act, {T, i_local});
   last_hidden_ = allocate(act, {max_logits_rows, H});
+  // Decode steps of up to this many rows fold the norms into their linears (Backend::supports_norm_fold); with
+  // tensor parallelism the residual add waits for the all-reduce, so they do not.
+  int64_t folded_norm_rows = 0;
+  const bool fp8_linears = std::any_of(layers_.begin(), layers_.end(), [](const Layer& L) {
+    return !L.qkv.block_scale.empty() || !L.o_proj.block_scale.empty() || !L.gate_up.block_scale.empty() ||
+           !L.down_proj.block_scale.empty();
+  });
+  linear_dtype_ = fp8_linears ? DType::F8_E4M3 : act;
+  while (!shard.sharded() && folded_norm_rows < T && backend.supports_norm_fold(folded_norm_rows + 1, H, linear_dtype_))
+    ++folded_norm_rows;
+  if (folded_norm_rows > 0) norm_pieces_ = allocate(DType::F32, {folded_norm_rows, backend.folded_norm_pieces(H)});
   if (shard.sharded()) {
     local_logits_ = allocate(DType::F32, {max_logits_rows, Vc});
     if (shard.rank == 0) gathered_logits_ = allocate(DType::F32, {shard.size, max_logits_rows, Vc});
@@ -244,21 +259,39 @@ void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cac
   b.embedding(step.input_ids, embed_tokens_, shard_.vocab_start, residual);
   if (comm_) comm_->all_reduce_sum(residual);  // each token's row came from exactly one rank
   b.rms_norm(residual, layers_[0].input_norm, eps, hidden);
+  // Folded norms (Backend::supports_norm_fold): the linear before a norm adds the residual and leaves the
+  // division by the rms to the linear after it. Not the first layer's input norm (after the embedding) nor the
+  // final norm (before the lm_head).
+  const bool fold =
+      !norm_pieces_.empty() && T <= norm_pieces_.dim(0) && b.supports_norm_fold(T, config_.hidden_size, linear_dtype_);
+  const FoldedNormInput folded{fold ? norm_pieces_.rows(0, T) : Tensor{}, eps};
+  Tensor pieces = folded.pieces;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& L = layers_[i];
-    linear(hidden, L.qkv, L.qkv_bias, qkv);
+    const bool last = i + 1 == layers_.size();
+    linear(hidden, L.qkv, L.qkv_bias, qkv, i > 0 ? folded : FoldedNormInput{});
     b.qk_norm_rope_cache(qkv, L.q_norm, L.k_norm, eps, step.positions, rope_, step.slot_mapping, nh, nkv, d, cache[i],
                          q);
     b.paged_attention(q, cache[i], step.attention, nh, nkv, d, scale, attn);
-    linear(attn, L.o_proj, Tensor{}, delta);
-    reduce_add_norm(delta, residual, L.post_attention_norm, hidden);
-    if (!b.linear_silu_and_mul(hidden, L.gate_up.weight, L.gate_up.block_scale, act)) {
-      linear(hidden, L.gate_up, Tensor{}, gate_up);
+    if (fold) {
+      b.linear_add_folded_norm(attn, L.o_proj.weight, L.o_proj.block_scale, residual, L.post_attention_norm, pieces,
+                               hidden);
+    } else {
+      linear(attn, L.o_proj, Tensor{}, delta);
+      reduce_add_norm(delta, residual, L.post_attention_norm, hidden);
+    }
+    if (!b.linear_silu_and_mul(hidden, L.gate_up.weight, L.gate_up.block_scale, folded, act)) {
+      linear(hidden, L.gate_up, Tensor{}, gate_up, folded);
       b.silu_and_mul(gate_up, act);
     }
-    linear(act, L.down_proj, Tensor{}, delta);
     // The next layer's input norm, or the final norm after the last layer.
-    reduce_add_norm(delta, residual, i + 1 < layers_.size() ? layers_[i + 1].input_norm : final_norm_, hidden);
+    if (fold && !last) {
+      b.linear_add_folded_norm(act, L.down_proj.weight, L.down_proj.block_scale, residual, layers_[i + 1].input_norm,
+                               pieces, hidden);
+    } else {
+      linear(act, L.down_proj, Tensor{}, delta);
+      reduce_add_norm(delta, residual, last ? final_norm_ : layers_[i + 1].input_norm, hidden);
+    }
   }
 }
 

@@ -90,7 +90,9 @@ class Qwen3Model {
   LinearWeight load_fp8_linear(WeightSource& weights, const std::vector<Part>& parts, int64_t rows, int64_t cols);
   // The one-line refusal of an F8_E4M3 tensor where the model wants it in compute_dtype().
   std::string fp8_refusal(const std::string& name) const;
-  void linear(const Tensor& x, const LinearWeight& w, const Tensor& bias, Tensor& out);
+  // input_norm: x is the output of a linear that folded the norm in (Backend::linear_add_folded_norm).
+  void linear(const Tensor& x, const LinearWeight& w, const Tensor& bias, Tensor& out,
+              const FoldedNormInput& input_norm = {});
   void build_rope_table(int max_model_len);
   // The last forward's final hidden states of `rows`, in last_hidden_.
   Tensor last_hidden_rows(const Tensor& rows);
@@ -109,6 +111,9 @@ class Qwen3Model {
 
   // Activations of the largest step.
   Tensor residual_, hidden_, qkv_out_, q_, attn_out_, delta_, gate_up_out_, act_, last_hidden_;
+  // The folded norms' sums of squares [rows, pieces] (Backend::supports_norm_fold), empty where none fold.
+  Tensor norm_pieces_;
+  DType linear_dtype_ = DType::BF16;  // the decoder linears' weights: F8_E4M3 where any is FP8
   // Tensor parallelism: this rank's logits chunk [R, vocab_chunk], and on rank 0 all of them [size, R, chunk].
   Tensor local_logits_, gathered_logits_;
 };

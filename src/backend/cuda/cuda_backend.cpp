@@ -628,17 +628,10 @@ void CudaBackend::silu_and_mul(const Tensor& gate_up, Tensor& out) {
   cuda::launch_silu_and_mul(bf16(gate_up), bf16_mut(out), static_cast<int>(t), static_cast<int>(inter), stream_);
 }
 
-// Decode batches (the GEMV's row counts) only: above them the GEMM and silu_and_mul run apart, and the refusal
-// comes before any checking (linear() checks the same operands next).
-bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale, Tensor& out) {
-  if (x.numel() > static_cast<int64_t>(cuda::kGemvMaxTokens) * x.dim(-1)) return false;
-  make_current();
-  const char* op = "linear_silu_and_mul";
+cuda::GemvArgs CudaBackend::checked_gemv_args(const char* op, const Tensor& x, const Tensor& weight,
+                                              const Tensor& block_scale, const Tensor& bias, const Tensor& out) {
   const bool fp8 = !block_scale.empty();
-  require_dtype(out, DType::BF16, op, "out");
-  // The same operands as linear() into [T, 2I], with out [T, I].
-  const Tensor gate_up_shape{out.data, DType::BF16, {out.numel() / std::max<int64_t>(out.dim(-1), 1), 2 * out.dim(-1)}};
-  const LinearDims d = check_linear(op, x, weight, fp8 ? DType::F8_E4M3 : DType::BF16, Tensor{}, gate_up_shape);
+  const LinearDims d = check_linear(op, x, weight, fp8 ? DType::F8_E4M3 : DType::BF16, bias, out);
   if (fp8) check_block_scale(op, block_scale, d);
   cuda::GemvArgs gemv;
   gemv.x = bf16(x);
@@ -648,16 +641,95 @@ bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, con
   } else {
     gemv.weight = bf16(weight);
   }
+  gemv.bias = bias.empty() ? nullptr : bf16(bias);
   gemv.out = out.data;
-  gemv.out_dtype = DType::BF16;
+  gemv.out_dtype = out.dtype;
   gemv.tokens = d.m;
-  gemv.n = d.n / 2;
+  gemv.n = d.n;
   gemv.k = d.k;
+  return gemv;
+}
+
+void CudaBackend::check_folded_norm_input(const char* op, const FoldedNormInput& input_norm, int64_t tokens,
+                                          int64_t hidden) const {
+  require_dtype(input_norm.pieces, DType::F32, op, "input_norm.pieces");
+  require(input_norm.pieces.numel() == tokens * folded_norm_pieces(hidden) && aligned16(input_norm.pieces.data), op,
+          "input_norm.pieces " + input_norm.pieces.shape_string() + " must be [" + std::to_string(tokens) + ", " +
+              std::to_string(folded_norm_pieces(hidden)) + "], 16-byte aligned");
+}
+
+void CudaBackend::launch_folded_gemv(const char* op, const cuda::GemvArgs& gemv) {
+  if (!cuda::gemv_supports(gemv))
+    throw EngineError(std::string(op) + ": no folded-norm kernel for T=" + std::to_string(gemv.tokens) +
+                      " N=" + std::to_string(gemv.n) + " K=" + std::to_string(gemv.k) + " (see supports_norm_fold)");
+  if (gemv.weight_fp8 != nullptr) last_fp8_linear_path_ = Fp8LinearPath::kGemv;
+  cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
+}
+
+// Decode batches (the GEMV's row counts) only: above them the GEMM and silu_and_mul run apart, and the refusal
+// comes before any checking (linear() checks the same operands next).
+bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
+                                      const FoldedNormInput& input_norm, Tensor& out) {
+  if (x.numel() > static_cast<int64_t>(cuda::kGemvMaxTokens) * x.dim(-1)) return false;
+  make_current();
+  const char* op = "linear_silu_and_mul";
+  require_dtype(out, DType::BF16, op, "out");
+  // The same operands as linear() into [T, 2I], with out [T, I].
+  const Tensor gate_up_shape{out.data, DType::BF16, {out.numel() / std::max<int64_t>(out.dim(-1), 1), 2 * out.dim(-1)}};
+  cuda::GemvArgs gemv = checked_gemv_args(op, x, weight, block_scale, Tensor{}, gate_up_shape);
+  gemv.n /= 2;
   gemv.swiglu = true;
+  if (!input_norm.pieces.empty()) {
+    check_folded_norm_input(op, input_norm, gemv.tokens, gemv.k);
+    gemv.input_sum_squares = input_norm.pieces.as<float>();
+    gemv.eps = input_norm.eps;
+  }
   if (!cuda::gemv_supports(gemv)) return false;
-  if (fp8) last_fp8_linear_path_ = Fp8LinearPath::kGemv;
+  if (gemv.weight_fp8 != nullptr) last_fp8_linear_path_ = Fp8LinearPath::kGemv;
   cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
   return true;
+}
+
+// FP8 codes measured slower folded than apart (gemv.cu's gemv_supports has the numbers).
+bool CudaBackend::supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype) const {
+  return weight_dtype == DType::BF16 && tokens >= 1 && tokens <= cuda::kGemvMaxTokens && hidden % 32 == 0 &&
+         tokens * folded_norm_pieces(hidden) * int64_t{sizeof(float)} <= cuda::kGemvMaxNormPiecesBytes;
+}
+
+int64_t CudaBackend::folded_norm_pieces(int64_t hidden) const {
+  return (hidden + cuda::kGemvNormPieceRows - 1) / cuda::kGemvNormPieceRows;
+}
+
+void CudaBackend::linear_add_folded_norm(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
+                                         Tensor& residual, const Tensor& norm_weight, Tensor& pieces, Tensor& out) {
+  make_current();
+  const char* op = "linear_add_folded_norm";
+  require_dtype(out, DType::BF16, op, "out");
+  cuda::GemvArgs gemv = checked_gemv_args(op, x, weight, block_scale, Tensor{}, out);
+  require_dtype(residual, DType::BF16, op, "residual");
+  require_dtype(norm_weight, DType::BF16, op, "norm_weight");
+  require_dtype(pieces, DType::F32, op, "pieces");
+  require(residual.numel() == out.numel() && norm_weight.numel() == gemv.n &&
+              pieces.numel() == gemv.tokens * folded_norm_pieces(gemv.n),
+          op,
+          "shapes residual " + residual.shape_string() + ", norm_weight " + norm_weight.shape_string() + ", pieces " +
+              pieces.shape_string() + " for out " + out.shape_string());
+  gemv.residual = bf16_mut(residual);
+  gemv.norm_weight = bf16(norm_weight);
+  gemv.sum_squares = pieces.as<float>();
+  launch_folded_gemv(op, gemv);
+}
+
+void CudaBackend::linear_folded_norm_input(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
+                                           const Tensor& bias, const FoldedNormInput& input_norm, Tensor& out) {
+  make_current();
+  const char* op = "linear_folded_norm_input";
+  require_dtype(out, DType::BF16, op, "out");
+  cuda::GemvArgs gemv = checked_gemv_args(op, x, weight, block_scale, bias, out);
+  check_folded_norm_input(op, input_norm, gemv.tokens, gemv.k);
+  gemv.input_sum_squares = input_norm.pieces.as<float>();
+  gemv.eps = input_norm.eps;
+  launch_folded_gemv(op, gemv);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {

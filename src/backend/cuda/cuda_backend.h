@@ -90,7 +90,15 @@ class CudaBackend final : public Backend {
   void paged_attention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch, int num_heads,
                        int num_kv_heads, int head_dim, float scale, Tensor& out) override;
   void silu_and_mul(const Tensor& gate_up, Tensor& out) override;
-  bool linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale, Tensor& out) override;
+  bool linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
+                           const FoldedNormInput& input_norm, Tensor& out) override;
+  // The GEMV's folded norm: bf16 weights, up to 16 rows whose pieces (8 values of a row each) fit 16 KiB.
+  bool supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype) const override;
+  int64_t folded_norm_pieces(int64_t hidden) const override;
+  void linear_add_folded_norm(const Tensor& x, const Tensor& weight, const Tensor& block_scale, Tensor& residual,
+                              const Tensor& norm_weight, Tensor& pieces, Tensor& out) override;
+  void linear_folded_norm_input(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
+                                const FoldedNormInput& input_norm, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void concat_column_chunks(const Tensor& parts, Tensor& out) override;
   void set_logits(Tensor& logits, const Tensor& rows, const Tensor& tokens, float value) override;
@@ -138,6 +146,13 @@ class CudaBackend final : public Backend {
   // describes for all rows); false, with at most the activation scratch written, where it does not apply.
   bool block_scaled_linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
                                Tensor& out, const cuda::GemvArgs& whole);
+  // The GEMV's arguments for x . weight^T (+ bias) into out, checked as linear() checks them; weight bf16, or FP8
+  // codes when block_scale is not empty.
+  static cuda::GemvArgs checked_gemv_args(const char* op, const Tensor& x, const Tensor& weight,
+                                          const Tensor& block_scale, const Tensor& bias, const Tensor& out);
+  void check_folded_norm_input(const char* op, const FoldedNormInput& input_norm, int64_t tokens, int64_t hidden) const;
+  // Launches a folded-norm GEMV; a call supports_norm_fold() promised but the GEMV refuses is an engine error.
+  void launch_folded_gemv(const char* op, const cuda::GemvArgs& gemv);
 
   int device_ = 0;
   std::shared_ptr<std::atomic<size_t>> live_bytes_ =

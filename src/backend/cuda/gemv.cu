@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backend/cuda/attention_mma.cuh"  // cp.async
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_vec.cuh"
 #include "backend/cuda/gemv.h"
@@ -71,6 +72,20 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&c)[4], uint32_t a0, ui
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// Which side of a folded RMSNorm a call is (GemvArgs): neither, the call after it, or the call before it.
+enum class NormFold { kNone, kScaleByInputRms, kAddResidual };
+
+// GemvArgs' fields for a folded norm, as the kernel takes them.
+struct NormFoldParams {
+  __nv_bfloat16* residual;
+  const __nv_bfloat16* norm_weight;
+  float* sum_squares;
+  const float* input_sum_squares;
+  float eps;
+};
+
+__device__ __forceinline__ float round_to_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
 __device__ __forceinline__ void store_output(float* out, int64_t i, float v) { out[i] = v; }
 __device__ __forceinline__ void store_output(__nv_bfloat16* out, int64_t i, float v) {
   out[i] = __float2bfloat16_rn(v);
@@ -91,12 +106,19 @@ __device__ __forceinline__ void store_output(__nv_bfloat16* out, int64_t i, floa
 // output never goes to memory. A CTA's first 4 kRowGroups weight rows are gate rows [out0, out0 + 4 kRowGroups),
 // the rest the up rows of the same outputs: every row keeps its place in the k-split and its sums, and n % (4
 // kRowGroups) == 0 keeps each half inside one 128-row FP8 scale block.
+// kNorm: kScaleByInputRms copies the input norm's sum-of-squares pieces to shared memory right after the wait
+// (they land while the weights stream; warp w copies and later sums those of tokens w, w + warps, ..., so no
+// barrier is added) and multiplies each product by its token's 1 / rms in the epilogue; kAddResidual copies the
+// CTA's residual rows and norm weights to shared memory right after the wait, adds each output to the residual
+// and writes residual * norm_weight and the sums of squares of every 8-row group (a C fragment's rows: lanes
+// that differ in bits 0, 2 and 3, summed by shuffles). Every CTA pays what a fold adds, so none of it may wait on
+// a load in the epilogue: a grid of many waves pays it once a wave.
 template <int kTokenHalves, int kRowGroups, typename OutT, bool kFp8 = false, bool kIntegerCodes = false,
-          bool kSwiglu = false>
+          bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const void* __restrict__ weight_any,
                 const float* __restrict__ block_scale, const __nv_bfloat16* __restrict__ bias, OutT* __restrict__ out,
-                int tokens, int n, int k) {
+                int tokens, int n, int k, NormFoldParams norm) {
   constexpr int kStep = step_k(kFp8);
   constexpr int kLaneK = kStep / 4;    // k values of a lane in one step (one 16-byte W load)
   constexpr int kXLoads = kLaneK / 8;  // 16-byte x loads per token half and step
@@ -105,6 +127,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   constexpr int kTileFloats = kRowGroups * 32 * 4;  // one warp's C fragments
   constexpr int kWeightBytes = kFp8 ? 1 : 2;
   __shared__ float4 partial[kMaxWarps][kRowGroups][32];
+  extern __shared__ float4 input_pieces[];  // kScaleByInputRms: [tokens, k / 8] floats
+  __shared__ float inv_rms[kTokenHalves * 8];
+  constexpr int kCtaRows = kRowsPerGroup * kRowGroups;
+  __shared__ alignas(16) __nv_bfloat16 residual_rows[kNorm == NormFold::kAddResidual ? kTokenHalves * 8 : 1][kCtaRows];
+  __shared__ alignas(16) __nv_bfloat16 norm_weights[kCtaRows];
+  static_assert(kNorm == NormFold::kNone || std::is_same_v<OutT, __nv_bfloat16>, "a folded norm writes bf16");
+  static_assert(kNorm != NormFold::kAddResidual || !kSwiglu, "the residual's call is a plain one");
 
   allow_next_grid();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -152,6 +181,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     // Under a programmatic launch the weights above stream in while the previous kernel finishes; everything
     // below may read its output.
     if (round == 0) wait_for_previous_grid();
+    // The fold's operands (before the x loads, where fewer registers are live).
+    if (round == 0) {
+      using attention_detail::cp_async_16, attention_detail::smem_address;
+      if constexpr (kNorm == NormFold::kScaleByInputRms) {
+        const int chunks = k / kGemvNormPieceRows / 4;  // a token's 16-byte chunks of pieces
+        for (int t = warp; t < tokens; t += warps)
+          for (int i = lane; i < chunks; i += 32)
+            cp_async_16(smem_address(input_pieces + t * chunks + i), norm.input_sum_squares + 4 * (t * chunks + i), 16);
+        attention_detail::cp_async_commit();
+      }
+      if constexpr (kNorm == NormFold::kAddResidual) {
+        // 8 rows a chunk (n % 8 == 0); chunks past n are left alone (their outputs are not stored).
+        for (int i = threadIdx.x; i < (tokens + 1) * kRowGroups; i += blockDim.x) {
+          const int t = i / kRowGroups, r = i % kRowGroups, row = row0 + r * kRowsPerGroup;
+          if (row >= n) continue;
+          if (t < tokens)
+            cp_async_16(smem_address(&residual_rows[t][r * kRowsPerGroup]),
+                        norm.residual + static_cast<int64_t>(t) * n + row, 16);
+          else cp_async_16(smem_address(&norm_weights[r * kRowsPerGroup]), norm.norm_weight + row, 16);
+        }
+        attention_detail::cp_async_commit();
+      }
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int kk = (round + warp * kUnroll + u) * kStep + kLaneK * c;
@@ -201,7 +253,23 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
 
 #pragma unroll
   for (int r = 0; r < kRowGroups; ++r) partial[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+  if constexpr (kNorm != NormFold::kNone) attention_detail::cp_async_wait<0>();
+  if constexpr (kNorm == NormFold::kScaleByInputRms) {
+    // The warp's own tokens (it copied their pieces): in a fixed order (lane-strided, then a butterfly), so the
+    // bits do not depend on the batch. The barrier below publishes inv_rms.
+    __syncwarp();
+    const int pieces = k / kGemvNormPieceRows;
+    const float* sums = &input_pieces[0].x;
+    for (int t = warp; t < tokens; t += warps) {
+      float sum = 0.0f;
+      for (int p = lane; p < pieces; p += 32) sum += sums[t * pieces + p];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      if (lane == 0) inv_rms[t] = rsqrtf(sum / static_cast<float>(k) + norm.eps);
+    }
+  }
   __syncthreads();
+  const auto input_scale = [&](int token) { return kNorm == NormFold::kScaleByInputRms ? inv_rms[token] : 1.0f; };
 
   // C fragment element j of lane l: token g + 8 (j / 2), row 2c + (j % 2) of the group.
   const float* flat = &partial[0][0][0].x;
@@ -210,7 +278,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       const int i = (q >> 3) * 128 + ((token & 7) * 4 + ((q & 7) >> 1)) * 4 + (token >> 3) * 2 + (q & 1);
       float sum = 0.0f;
       for (int w = 0; w < warps; ++w) sum += flat[w * kTileFloats + i];
-      return __bfloat162float(__float2bfloat16_rn(sum));
+      return round_to_bf16(sum * input_scale(token));
     };
     for (int i = threadIdx.x; i < kHalfRows * 8 * kTokenHalves; i += blockDim.x) {
       const int o = i % kHalfRows, token = i / kHalfRows;
@@ -219,15 +287,38 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
                    silu_mul(warp_sum(o, token), warp_sum(o + kHalfRows, token)));
     }
   } else {
+    // blockDim.x and kTileFloats are multiples of 32, so i % 32 is the lane and every lane takes each pass.
     for (int i = threadIdx.x; i < kTileFloats; i += blockDim.x) {
       const int r = i / 128, l = (i >> 2) & 31, j = i & 3;
       const int token = (l >> 2) + 8 * (j >> 1);
       const int row = row0 + r * 8 + 2 * (l & 3) + (j & 1);
-      if (token >= tokens || row >= n) continue;
+      const bool stored = token < tokens && row < n;
       float sum = 0.0f;
-      for (int w = 0; w < warps; ++w) sum += flat[w * kTileFloats + i];
-      if (bias != nullptr) sum += __bfloat162float(bias[row]);
-      store_output(out, static_cast<int64_t>(token) * n + row, sum);
+      if (stored) {
+        for (int w = 0; w < warps; ++w) sum += flat[w * kTileFloats + i];
+        sum *= input_scale(token);
+        if (bias != nullptr) sum += __bfloat162float(bias[row]);
+      }
+      if constexpr (kNorm == NormFold::kAddResidual) {
+        float square = 0.0f;
+        if (stored) {
+          // As the separate add_rms_norm: the output rounded as stored, added in fp32, the sum rounded.
+          const int64_t at = static_cast<int64_t>(token) * n + row;
+          const float h = round_to_bf16(__bfloat162float(residual_rows[token][row - row0]) + round_to_bf16(sum));
+          norm.residual[at] = __float2bfloat16_rn(h);
+          store_output(out, at, h * __bfloat162float(norm_weights[row - row0]));
+          square = h * h;
+        }
+        square += __shfl_xor_sync(0xffffffffu, square, 1);
+        square += __shfl_xor_sync(0xffffffffu, square, 4);
+        square += __shfl_xor_sync(0xffffffffu, square, 8);
+        const int pieces = (n + kGemvNormPieceRows - 1) / kGemvNormPieceRows;
+        const int piece = blockIdx.x * kRowGroups + r;
+        if ((lane & 13) == 0 && token < tokens && piece < pieces)
+          norm.sum_squares[static_cast<int64_t>(token) * pieces + piece] = square;
+      } else if (stored) {
+        store_output(out, static_cast<int64_t>(token) * n + row, sum);
+      }
     }
   }
 }
@@ -264,7 +355,13 @@ int warps_for(bool fp8, int warp_steps, int ctas, int sm_count) {
   return std::clamp((warp_steps + rounds - 1) / rounds, 1, kMaxWarps);
 }
 
-template <int kTokenHalves, int kRowGroups, typename OutT, bool kSwiglu = false>
+NormFold norm_fold_of(const GemvArgs& a) {
+  return a.residual != nullptr            ? NormFold::kAddResidual
+         : a.input_sum_squares != nullptr ? NormFold::kScaleByInputRms
+                                          : NormFold::kNone;
+}
+
+template <int kTokenHalves, int kRowGroups, typename OutT, bool kSwiglu, NormFold kNorm>
 void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   const bool fp8 = a.weight_fp8 != nullptr;
   const int unroll = unroll_for(kRowGroups);
@@ -280,31 +377,37 @@ void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   // the conversion instructions above; gemv_supports gives the fused call only the first, so only the plain
   // kernel has the second.
   const bool integer_codes = fp8 && static_cast<int64_t>(a.n) * (kSwiglu ? 2 : 1) * a.k < kIntegerCodesMaxWeight;
-  auto kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, false, false, kSwiglu>;
-  if (integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, true, kSwiglu>;
-  if constexpr (!kSwiglu) {
-    if (fp8 && !integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, false>;
+  auto kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, false, false, kSwiglu, kNorm>;
+  if constexpr (kNorm == NormFold::kNone) {  // a folded norm takes bf16 weights only (gemv_supports)
+    if (integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, true, kSwiglu>;
+    if constexpr (!kSwiglu) {
+      if (fp8 && !integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, false>;
+    }
   }
-  launch_programmatic("gemv_kernel", kernel, grid, block, 0, stream, a.x, weight, a.block_scale, a.bias,
-                      static_cast<OutT*>(a.out), a.tokens, a.n, a.k);
+  const size_t pieces_bytes = kNorm == NormFold::kScaleByInputRms
+                                  ? static_cast<size_t>(a.tokens) * (a.k / kGemvNormPieceRows) * sizeof(float)
+                                  : 0;
+  const NormFoldParams norm{a.residual, a.norm_weight, a.sum_squares, a.input_sum_squares, a.eps};
+  launch_programmatic("gemv_kernel", kernel, grid, block, pieces_bytes, stream, a.x, weight, a.block_scale, a.bias,
+                      static_cast<OutT*>(a.out), a.tokens, a.n, a.k, norm);
 }
 
-template <int kTokenHalves, typename OutT, bool kSwiglu>
+template <int kTokenHalves, typename OutT, bool kSwiglu, NormFold kNorm>
 void launch_with_groups(const GemvArgs& a, int row_groups, int sm_count, cudaStream_t stream) {
   switch (row_groups) {
     case 1:
-      return launch<kTokenHalves, 1, OutT, kSwiglu>(a, sm_count, stream);
+      return launch<kTokenHalves, 1, OutT, kSwiglu, kNorm>(a, sm_count, stream);
     case 2:
-      return launch<kTokenHalves, 2, OutT, kSwiglu>(a, sm_count, stream);
+      return launch<kTokenHalves, 2, OutT, kSwiglu, kNorm>(a, sm_count, stream);
     default:
-      return launch<kTokenHalves, 4, OutT, kSwiglu>(a, sm_count, stream);
+      return launch<kTokenHalves, 4, OutT, kSwiglu, kNorm>(a, sm_count, stream);
   }
 }
 
-template <typename OutT, bool kSwiglu = false>
+template <typename OutT, bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
 void launch_with_out(const GemvArgs& a, int row_groups, int sm_count, cudaStream_t stream) {
-  if (a.tokens <= 8) return launch_with_groups<1, OutT, kSwiglu>(a, row_groups, sm_count, stream);
-  return launch_with_groups<2, OutT, kSwiglu>(a, row_groups, sm_count, stream);
+  if (a.tokens <= 8) return launch_with_groups<1, OutT, kSwiglu, kNorm>(a, row_groups, sm_count, stream);
+  return launch_with_groups<2, OutT, kSwiglu, kNorm>(a, row_groups, sm_count, stream);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -323,9 +426,22 @@ bool gemv_supports(const GemvArgs& a) {
   const bool swiglu_ok =
       !a.swiglu || (a.n % (4 * kMaxRowGroups) == 0 && a.bias == nullptr && a.out_dtype == DType::BF16 &&
                     (a.weight_fp8 == nullptr || int64_t{2} * a.n * a.k < kIntegerCodesMaxWeight));
+  // A folded norm: one side a call; bf16 weights and out; the call before it plain with the norm's operands, the
+  // call after it with whole 16-byte chunks of pieces that fit kGemvMaxNormPiecesBytes. FP8 codes measured slower
+  // folded than apart (H100, bench_gemv fold, T = 1 to 16: Qwen3-8B's qkv +2.5 to +6.6 us, gate_up +2.7 to +9.6,
+  // o_proj +1.4 to +1.9), where bf16 weights gain (qkv -2.5 to +0.5, o_proj -1.0 to -0.4, down -3.5 to -1.3).
+  const NormFold fold = norm_fold_of(a);
+  const bool norm_ok =
+      fold == NormFold::kNone ||
+      (a.out_dtype == DType::BF16 && a.weight_fp8 == nullptr &&
+       (fold == NormFold::kAddResidual
+            ? a.input_sum_squares == nullptr && !a.swiglu && a.bias == nullptr && a.n % 8 == 0 &&
+                  aligned16(a.residual) && aligned16(a.norm_weight) && a.sum_squares != nullptr
+            : a.k % 32 == 0 && aligned16(a.input_sum_squares) &&
+                  int64_t{a.tokens} * (a.k / kGemvNormPieceRows) * int64_t{sizeof(float)} <= kGemvMaxNormPiecesBytes));
   return a.tokens >= 1 && a.tokens <= kGemvMaxTokens && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.x != nullptr &&
          weight_ok && a.out != nullptr && aligned16(a.x) && (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32) &&
-         swiglu_ok;
+         swiglu_ok && norm_ok;
 }
 
 void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
@@ -334,14 +450,30 @@ void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
         "gemv: unsupported call tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) +
         " k=" + std::to_string(a.k) + " (needs 1 <= tokens <= " + std::to_string(kGemvMaxTokens) +
         ", k % 8 == 0, 16-byte aligned x and weight, BF16 or F32 out" +
-        (a.swiglu ? "; fused SiLU: n % 16 == 0, no bias, BF16 out, FP8 codes under 32 M elements)" : ")"));
+        (a.swiglu ? "; fused SiLU: n % 16 == 0, no bias, BF16 out, FP8 codes under 32 M elements" : "") +
+        (norm_fold_of(a) == NormFold::kAddResidual
+             ? "; residual add: bf16 weights, BF16 out, no bias, no SiLU, n % 8 == 0, aligned residual and norm weight"
+         : norm_fold_of(a) == NormFold::kScaleByInputRms
+             ? "; scaled by the input's rms: bf16 weights, BF16 out, k % 32 == 0, aligned pieces of at most 16 KiB"
+             : "") +
+        ")");
   }
   sm_count = std::max(sm_count, 1);
   // The fused call takes the row groups of the plain call over its 2n weight rows: the same CTAs and k-split.
   const int row_groups = row_groups_for(a.tokens, a.swiglu ? 2 * a.n : a.n, sm_count, a.weight_fp8 != nullptr);
-  if (a.swiglu) return launch_with_out<__nv_bfloat16, true>(a, row_groups, sm_count, stream);
+  using Bf16 = __nv_bfloat16;
+  switch (norm_fold_of(a)) {
+    case NormFold::kAddResidual:
+      return launch_with_out<Bf16, false, NormFold::kAddResidual>(a, row_groups, sm_count, stream);
+    case NormFold::kScaleByInputRms:
+      if (a.swiglu) return launch_with_out<Bf16, true, NormFold::kScaleByInputRms>(a, row_groups, sm_count, stream);
+      return launch_with_out<Bf16, false, NormFold::kScaleByInputRms>(a, row_groups, sm_count, stream);
+    case NormFold::kNone:
+      break;
+  }
+  if (a.swiglu) return launch_with_out<Bf16, true>(a, row_groups, sm_count, stream);
   if (a.out_dtype == DType::F32) return launch_with_out<float>(a, row_groups, sm_count, stream);
-  launch_with_out<__nv_bfloat16>(a, row_groups, sm_count, stream);
+  launch_with_out<Bf16>(a, row_groups, sm_count, stream);
 }
 
 }  // namespace nanovllm::cuda

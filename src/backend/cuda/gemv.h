@@ -34,7 +34,23 @@ struct GemvArgs {
   // = silu(x . gate^T) * (x . up^T), the same bits as the plain call followed by silu_and_mul. Needs n % 16 == 0,
   // no bias, BF16 out, and FP8 codes of under 32 M elements (2n x k).
   bool swiglu = false;
+  // An RMSNorm folded into the calls around it (docs/kernels/gemv.md), one side per call, bf16 weights only:
+  // - The call before the norm (residual set): each output is added to residual [tokens, n], rounded to bf16 as
+  //   add_rms_norm rounds it; out = bf16(residual * norm_weight [n]); and sum_squares [tokens, ceil(n / 8)] gets
+  //   the new residual's sums of squares, one a token and 8-row piece. BF16 out, no bias, no swiglu.
+  // - The call after it (input_sum_squares set): x is such an out and input_sum_squares that call's pieces
+  //   ([tokens, k / 8]); each product is multiplied by 1 / rms = rsqrt(sum / k + eps) before the bias (or the SiLU)
+  //   is applied. BF16 out, k % 32 == 0, tokens * k / 8 * 4 bytes at most kGemvMaxNormPiecesBytes.
+  __nv_bfloat16* residual = nullptr;
+  const __nv_bfloat16* norm_weight = nullptr;
+  float* sum_squares = nullptr;
+  const float* input_sum_squares = nullptr;
+  float eps = 0.0f;
 };
+
+// Rows of a sum-of-squares piece of a folded norm, and the most bytes of pieces the call after it takes.
+inline constexpr int kGemvNormPieceRows = 8;
+inline constexpr int kGemvMaxNormPiecesBytes = 16 * 1024;
 
 // True when the GEMV handles these arguments: 1 <= tokens <= kGemvMaxTokens, n >= 1, k a positive multiple
 // of 8 (16 for FP8 codes with their scales), x and weight 16-byte aligned, out_dtype BF16 or F32. Any n (but

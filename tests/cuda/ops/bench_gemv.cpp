@@ -1,10 +1,13 @@
 // Not a test: the skinny-linear GEMV against cuBLASLt at Qwen3-0.6B's (or -8B's) projection shapes and token
 // counts around kGemvMaxTokens, next to the weight-streaming floor (W bytes / measured read bandwidth); with
-// `fp8`, the GEMV on block-scaled FP8 codes of the same shapes beside it, against the FP8 floor.
+// `fp8`, the GEMV on block-scaled FP8 codes of the same shapes beside it, against the FP8 floor. With `fold`, each
+// projection's GEMV also as the decode step calls it with the norms folded in (GemvArgs: qkv and gate_up scaled by
+// the input's rms, gate_up with its SiLU where the GEMV fuses it; o_proj and down adding the residual), beside
+// the same call without the fold (bf16 weights: FP8 codes are not folded).
 // As in bench_cuda_ops, each measurement captures 20 calls into a CUDA graph and reports the median of 15
 // replays / 20; the calls rotate over enough weight copies to exceed L2, so W comes from device memory.
 //
-//   bench_gemv [0.6b|8b] [fp8]   (one line per op, T and path; the last column is GEMV speed-up)
+//   bench_gemv [0.6b|8b] [fp8] [fold]   (one line per op, T and path; the last column is GEMV speed-up)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,7 +45,75 @@ const std::vector<Shape> kQwen3_8b = {{"qkv", 6144, 4096, DType::BF16},
                                       {"down", 4096, 12288, DType::BF16},
                                       {"lm_head", 151936, 4096, DType::F32}};
 
-void run(const std::vector<Shape>& shapes, bool fp8) {
+// The projection's GEMV as the decode step launches it, with (fold) or without the norms folded in; false where
+// the GEMV does not take that call.
+bool step_call(const Shape& s, cuda::GemvArgs& a, bool fold, float* pieces, __nv_bfloat16* residual,
+               const __nv_bfloat16* norm_weight) {
+  const std::string name = s.name;
+  if (name == "gate_up") {
+    a.swiglu = true;
+    a.n = s.n / 2;
+    if (!cuda::gemv_supports(a)) {
+      a.swiglu = false;
+      a.n = s.n;
+    }
+  }
+  if (!fold) return cuda::gemv_supports(a);
+  if (name == "qkv" || name == "gate_up") {
+    a.input_sum_squares = pieces;
+    a.eps = 1e-6f;
+  } else if (name == "o_proj" || name == "down") {
+    a.residual = residual;
+    a.norm_weight = norm_weight;
+    a.sum_squares = pieces;
+  } else {
+    return false;
+  }
+  return cuda::gemv_supports(a);
+}
+
+// The projection's GEMV plain and folded, bf16 weights and (when there are any) FP8 codes: one line each.
+template <class Fill>
+void print_fold_timings(CudaBackend& gpu, const Shape& s, int t, const cuda::GemvArgs& args,
+                        const std::vector<const __nv_bfloat16*>& weights,
+                        const std::vector<std::pair<const uint8_t*, const float*>>& fp8_weights, Fill& fill, int sms,
+                        std::vector<Buffer>& keep) {
+  // Pieces of positive sums (the previous call's), a residual and norm weights: the fold's operands.
+  keep.push_back(gpu.allocate(static_cast<size_t>(t) * std::max(s.n, s.k) * sizeof(float)));
+  auto* pieces = static_cast<float*>(keep.back().data());
+  const std::vector<float> ones(static_cast<size_t>(t) * std::max(s.n, s.k), 1.0f);
+  gpu.upload(ones.data(), pieces, ones.size() * sizeof(float));
+  __nv_bfloat16* residual = fill(int64_t{t} * s.n);
+  const __nv_bfloat16* norm_weight = fill(s.n);
+  for (const bool with_fp8 : {false, true}) {
+    if (with_fp8 && fp8_weights.empty()) continue;
+    double us[2] = {0.0, 0.0};
+    for (const bool folded : {false, true}) {
+      cuda::GemvArgs probe = args;
+      if (with_fp8) {
+        probe.weight = nullptr;
+        probe.weight_fp8 = fp8_weights[0].first;
+        probe.block_scale = fp8_weights[0].second;
+      }
+      if (!step_call(s, probe, folded, pieces, residual, norm_weight)) continue;
+      us[folded] = graph_time_us(gpu, [&](int i) {
+        cuda::GemvArgs a = probe;
+        if (with_fp8) {
+          a.weight_fp8 = fp8_weights[i % fp8_weights.size()].first;
+          a.block_scale = fp8_weights[i % fp8_weights.size()].second;
+        } else {
+          a.weight = weights[i % weights.size()];
+        }
+        cuda::launch_gemv(a, sms, gpu.stream());
+      });
+    }
+    if (us[1] > 0.0)
+      std::printf("%-8s %4d  fold %s: %.2f -> %.2f us (%+.2f)\n", s.name, t, with_fp8 ? "FP8" : "bf16", us[0], us[1],
+                  us[1] - us[0]);
+  }
+}
+
+void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
   CudaBackend gpu(0);
   const double read_gbs = gpu.measure_read_bandwidth_gbs(size_t{2} << 30);
   int device = 0, sms = 0;
@@ -59,7 +130,7 @@ void run(const std::vector<Shape>& shapes, bool fp8) {
     for (size_t i = 0; i < host.size(); ++i)
       host[i] = 0.01f * static_cast<float>(static_cast<int>(i * 2654435761u % 201) - 100);
     gpu.upload_converted(host.data(), DType::F32, keep.back().data(), elements);
-    return static_cast<const __nv_bfloat16*>(keep.back().data());
+    return static_cast<__nv_bfloat16*>(keep.back().data());
   };
 
   // FP8 codes (never the NaN codes 0x7f / 0xff) and their block scales, as the loader quantises them.
@@ -112,6 +183,7 @@ void run(const std::vector<Shape>& shapes, bool fp8) {
         std::printf("%-8s %4d  %10.2f %10.2f %9.0f  (FP8 codes)\n", s.name, t, fp8_bytes / (read_gbs * 1e3), gemv_us,
                     fp8_bytes / (gemv_us * 1e3));
       }
+      if (fold && t <= cuda::kGemvMaxTokens) print_fold_timings(gpu, s, t, args, weights, fp8_weights, fill, sms, keep);
       if (t <= cuda::kGemvMaxTokens) {
         const double gemv_us = graph_time_us(gpu, [&](int i) {
           cuda::GemvArgs a = args;
@@ -133,20 +205,22 @@ void run(const std::vector<Shape>& shapes, bool fp8) {
 
 int main(int argc, char** argv) {
   try {
-    bool fp8 = false;
+    bool fp8 = false, fold = false;
     const std::vector<nanovllm::Shape>* shapes = &nanovllm::kQwen3_0_6b;
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
       if (arg == "fp8") {
         fp8 = true;
+      } else if (arg == "fold") {
+        fold = true;
       } else if (arg == "8b") {
         shapes = &nanovllm::kQwen3_8b;
       } else if (arg != "0.6b") {
-        std::fprintf(stderr, "bench_gemv: unknown argument '%s' (expected 0.6b, 8b or fp8)\n", argv[i]);
+        std::fprintf(stderr, "bench_gemv: unknown argument '%s' (expected 0.6b, 8b, fp8 or fold)\n", argv[i]);
         return 2;
       }
     }
-    nanovllm::run(*shapes, fp8);
+    nanovllm::run(*shapes, fp8, fold);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gemv: %s\n", e.what());
     return 1;

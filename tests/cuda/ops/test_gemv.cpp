@@ -205,7 +205,7 @@ TEST_F(GemvTest, FusedSiluMatchesLinearThenSilu) {
         const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * s.k), {t, s.k});
         Tensor fused = gpu_empty(DType::BF16, {t, s.inter}), gate_up = gpu_empty(DType::BF16, {t, n}),
                apart = gpu_empty(DType::BF16, {t, s.inter});
-        ASSERT_TRUE(gpu().linear_silu_and_mul(x, weight, scale, fused)) << where;
+        ASSERT_TRUE(gpu().linear_silu_and_mul(x, weight, scale, {}, fused)) << where;
         if (fp8) {
           gpu().linear_fp8(x, weight, scale, Tensor(), gate_up);
         } else {
@@ -223,10 +223,11 @@ TEST_F(GemvTest, FusedSiluMatchesLinearThenSilu) {
   const auto w = random_bf16_values(rng_, 2 * 24 * 64, 0.1f);
   Tensor out = gpu_empty(DType::BF16, {17, 32});
   EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, 17 * 64), {17, 64}),
-                                         gpu_bf16(random_bf16_values(rng_, 64 * 64, 0.1f), {64, 64}), Tensor(), out));
+                                         gpu_bf16(random_bf16_values(rng_, 64 * 64, 0.1f), {64, 64}), Tensor(), {},
+                                         out));
   Tensor out24 = gpu_empty(DType::BF16, {1, 24});
   EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, 64), {1, 64}), gpu_bf16(w, {48, 64}),
-                                         Tensor(), out24));
+                                         Tensor(), {}, out24));
   for (const float v : read_gpu(out)) ASSERT_TRUE(std::isnan(v)) << "a refused call wrote its output";
   for (const float v : read_gpu(out24)) ASSERT_TRUE(std::isnan(v)) << "a refused call wrote its output";
   // FP8 codes of 2 x 4096 x 4096 = 32 M elements: over the bound.
@@ -235,11 +236,11 @@ TEST_F(GemvTest, FusedSiluMatchesLinearThenSilu) {
   gpu().reserve_fp8_linear(2 * big, big);
   EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, big), {1, big}),
                                          gpu_raw(random_fp8_codes(rng_, 2 * big * big), DType::F8_E4M3, {2 * big, big}),
-                                         gpu_raw(random_fp8_scales(rng_, 64 * 32), DType::F32, {64, 32}), out_big));
+                                         gpu_raw(random_fp8_scales(rng_, 64 * 32), DType::F32, {64, 32}), {}, out_big));
   for (const float v : read_gpu(out_big)) ASSERT_TRUE(std::isnan(v)) << "a refused FP8 call wrote its output";
   Tensor cpu_out = cpu_empty(DType::F32, {1, 24});
   EXPECT_FALSE(cpu().linear_silu_and_mul(cpu_f32(random_bf16_values(rng_, 64), {1, 64}), cpu_f32(w, {48, 64}), Tensor(),
-                                         cpu_out));
+                                         {}, cpu_out));
 }
 
 // Which calls the GEMV takes (host logic only: the pointers are never dereferenced).
