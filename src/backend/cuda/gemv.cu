@@ -111,8 +111,8 @@ __device__ __forceinline__ void store_output(__nv_bfloat16* out, int64_t i, floa
 // barrier is added) and multiplies each product by its token's 1 / rms in the epilogue; kAddResidual copies the
 // CTA's residual rows and norm weights to shared memory right after the wait, adds each output to the residual
 // and writes residual * norm_weight and the sums of squares of every 8-row group (a C fragment's rows: lanes
-// that differ in bits 0, 2 and 3, summed by shuffles). Every CTA pays what a fold adds, so none of it may wait on
-// a load in the epilogue: a grid of many waves pays it once a wave.
+// that differ in bits 0, 2 and 3, summed by shuffles). Every CTA pays what a fold adds, and a grid of many waves
+// pays it once a wave, so the epilogue starts no load: what it reads was copied while the weights streamed.
 template <int kTokenHalves, int kRowGroups, typename OutT, bool kFp8 = false, bool kIntegerCodes = false,
           bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
@@ -192,7 +192,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
         attention_detail::cp_async_commit();
       }
       if constexpr (kNorm == NormFold::kAddResidual) {
-        // 8 rows a chunk (n % 8 == 0); chunks past n are left alone (their outputs are not stored).
+        // 8 rows a chunk (n % 8 == 0), one pass a token and a last one for the norm weights; chunks past n are
+        // left alone (their outputs are not stored).
         for (int i = threadIdx.x; i < (tokens + 1) * kRowGroups; i += blockDim.x) {
           const int t = i / kRowGroups, r = i % kRowGroups, row = row0 + r * kRowsPerGroup;
           if (row >= n) continue;
