@@ -225,8 +225,8 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
     return !L.qkv.block_scale.empty() || !L.o_proj.block_scale.empty() || !L.gate_up.block_scale.empty() ||
            !L.down_proj.block_scale.empty();
   });
-  linear_dtype_ = fp8_linears ? DType::F8_E4M3 : act;
-  while (!shard.sharded() && folded_norm_rows < T && backend.supports_norm_fold(folded_norm_rows + 1, H, linear_dtype_))
+  const DType linear_dtype = fp8_linears ? DType::F8_E4M3 : act;
+  while (!shard.sharded() && folded_norm_rows < T && backend.supports_norm_fold(folded_norm_rows + 1, H, linear_dtype))
     ++folded_norm_rows;
   if (folded_norm_rows > 0) norm_pieces_ = allocate(DType::F32, {folded_norm_rows, backend.folded_norm_pieces(H)});
   if (shard.sharded()) {
@@ -262,8 +262,7 @@ void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cac
   // Folded norms (Backend::supports_norm_fold): the linear before a norm adds the residual and leaves the
   // division by the rms to the linear after it. Not the first layer's input norm (after the embedding) nor the
   // final norm (before the lm_head).
-  const bool fold =
-      !norm_pieces_.empty() && T <= norm_pieces_.dim(0) && b.supports_norm_fold(T, config_.hidden_size, linear_dtype_);
+  const bool fold = !norm_pieces_.empty() && T <= norm_pieces_.dim(0);  // its rows are those that fold
   const FoldedNormInput folded{fold ? norm_pieces_.rows(0, T) : Tensor{}, eps};
   Tensor pieces = folded.pieces;
   for (size_t i = 0; i < layers_.size(); ++i) {

@@ -113,7 +113,6 @@ class Qwen3Model {
   Tensor residual_, hidden_, qkv_out_, q_, attn_out_, delta_, gate_up_out_, act_, last_hidden_;
   // The folded norms' sums of squares [rows, pieces] (Backend::supports_norm_fold), empty where none fold.
   Tensor norm_pieces_;
-  DType linear_dtype_ = DType::BF16;  // the decoder linears' weights: F8_E4M3 where any is FP8
   // Tensor parallelism: this rank's logits chunk [R, vocab_chunk], and on rank 0 all of them [size, R, chunk].
   Tensor local_logits_, gathered_logits_;
 };

@@ -650,12 +650,15 @@ cuda::GemvArgs CudaBackend::checked_gemv_args(const char* op, const Tensor& x, c
   return gemv;
 }
 
-void CudaBackend::check_folded_norm_input(const char* op, const FoldedNormInput& input_norm, int64_t tokens,
-                                          int64_t hidden) const {
+void CudaBackend::attach_folded_norm_input(const char* op, const FoldedNormInput& input_norm,
+                                           cuda::GemvArgs& gemv) const {
+  const int64_t pieces = folded_norm_pieces(gemv.k);
   require_dtype(input_norm.pieces, DType::F32, op, "input_norm.pieces");
-  require(input_norm.pieces.numel() == tokens * folded_norm_pieces(hidden) && aligned16(input_norm.pieces.data), op,
-          "input_norm.pieces " + input_norm.pieces.shape_string() + " must be [" + std::to_string(tokens) + ", " +
-              std::to_string(folded_norm_pieces(hidden)) + "], 16-byte aligned");
+  require(input_norm.pieces.numel() == gemv.tokens * pieces && aligned16(input_norm.pieces.data), op,
+          "input_norm.pieces " + input_norm.pieces.shape_string() + " must be [" + std::to_string(gemv.tokens) + ", " +
+              std::to_string(pieces) + "], 16-byte aligned");
+  gemv.input_sum_squares = input_norm.pieces.as<float>();
+  gemv.eps = input_norm.eps;
 }
 
 void CudaBackend::launch_folded_gemv(const char* op, const cuda::GemvArgs& gemv) {
@@ -679,11 +682,7 @@ bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, con
   cuda::GemvArgs gemv = checked_gemv_args(op, x, weight, block_scale, Tensor{}, gate_up_shape);
   gemv.n /= 2;
   gemv.swiglu = true;
-  if (!input_norm.pieces.empty()) {
-    check_folded_norm_input(op, input_norm, gemv.tokens, gemv.k);
-    gemv.input_sum_squares = input_norm.pieces.as<float>();
-    gemv.eps = input_norm.eps;
-  }
+  if (!input_norm.pieces.empty()) attach_folded_norm_input(op, input_norm, gemv);
   if (!cuda::gemv_supports(gemv)) return false;
   if (gemv.weight_fp8 != nullptr) last_fp8_linear_path_ = Fp8LinearPath::kGemv;
   cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
@@ -726,9 +725,7 @@ void CudaBackend::linear_folded_norm_input(const Tensor& x, const Tensor& weight
   const char* op = "linear_folded_norm_input";
   require_dtype(out, DType::BF16, op, "out");
   cuda::GemvArgs gemv = checked_gemv_args(op, x, weight, block_scale, bias, out);
-  check_folded_norm_input(op, input_norm, gemv.tokens, gemv.k);
-  gemv.input_sum_squares = input_norm.pieces.as<float>();
-  gemv.eps = input_norm.eps;
+  attach_folded_norm_input(op, input_norm, gemv);
   launch_folded_gemv(op, gemv);
 }
 

@@ -150,7 +150,8 @@ class CudaBackend final : public Backend {
   // codes when block_scale is not empty.
   static cuda::GemvArgs checked_gemv_args(const char* op, const Tensor& x, const Tensor& weight,
                                           const Tensor& block_scale, const Tensor& bias, const Tensor& out);
-  void check_folded_norm_input(const char* op, const FoldedNormInput& input_norm, int64_t tokens, int64_t hidden) const;
+  // Checks input_norm's pieces against the call's rows and K and points the GEMV at them.
+  void attach_folded_norm_input(const char* op, const FoldedNormInput& input_norm, cuda::GemvArgs& gemv) const;
   // Launches a folded-norm GEMV; a call supports_norm_fold() promised but the GEMV refuses is an engine error.
   void launch_folded_gemv(const char* op, const cuda::GemvArgs& gemv);
 

@@ -72,11 +72,10 @@ bool step_call(const Shape& s, cuda::GemvArgs& a, bool fold, float* pieces, __nv
   return cuda::gemv_supports(a);
 }
 
-// The projection's GEMV plain and folded, bf16 weights and (when there are any) FP8 codes: one line each.
+// The projection's GEMV plain and folded (bf16 weights: FP8 codes are not folded), one line.
 template <class Fill>
 void print_fold_timings(CudaBackend& gpu, const Shape& s, int t, const cuda::GemvArgs& args,
-                        const std::vector<const __nv_bfloat16*>& weights,
-                        const std::vector<std::pair<const uint8_t*, const float*>>& fp8_weights, Fill& fill, int sms,
+                        const std::vector<const __nv_bfloat16*>& weights, Fill& fill, int sms,
                         std::vector<Buffer>& keep) {
   // Pieces of positive sums (the previous call's), a residual and norm weights: the fold's operands.
   keep.push_back(gpu.allocate(static_cast<size_t>(t) * std::max(s.n, s.k) * sizeof(float)));
@@ -85,32 +84,18 @@ void print_fold_timings(CudaBackend& gpu, const Shape& s, int t, const cuda::Gem
   gpu.upload(ones.data(), pieces, ones.size() * sizeof(float));
   __nv_bfloat16* residual = fill(int64_t{t} * s.n);
   const __nv_bfloat16* norm_weight = fill(s.n);
-  for (const bool with_fp8 : {false, true}) {
-    if (with_fp8 && fp8_weights.empty()) continue;
-    double us[2] = {0.0, 0.0};
-    for (const bool folded : {false, true}) {
-      cuda::GemvArgs probe = args;
-      if (with_fp8) {
-        probe.weight = nullptr;
-        probe.weight_fp8 = fp8_weights[0].first;
-        probe.block_scale = fp8_weights[0].second;
-      }
-      if (!step_call(s, probe, folded, pieces, residual, norm_weight)) continue;
-      us[folded] = graph_time_us(gpu, [&](int i) {
-        cuda::GemvArgs a = probe;
-        if (with_fp8) {
-          a.weight_fp8 = fp8_weights[i % fp8_weights.size()].first;
-          a.block_scale = fp8_weights[i % fp8_weights.size()].second;
-        } else {
-          a.weight = weights[i % weights.size()];
-        }
-        cuda::launch_gemv(a, sms, gpu.stream());
-      });
-    }
-    if (us[1] > 0.0)
-      std::printf("%-8s %4d  fold %s: %.2f -> %.2f us (%+.2f)\n", s.name, t, with_fp8 ? "FP8" : "bf16", us[0], us[1],
-                  us[1] - us[0]);
+  cuda::GemvArgs calls[2] = {args, args};
+  for (const bool folded : {false, true})
+    if (!step_call(s, calls[folded], folded, pieces, residual, norm_weight)) return;  // e.g. the lm_head
+  double us[2] = {0.0, 0.0};
+  for (const bool folded : {false, true}) {
+    us[folded] = graph_time_us(gpu, [&](int i) {
+      cuda::GemvArgs a = calls[folded];
+      a.weight = weights[i % weights.size()];
+      cuda::launch_gemv(a, sms, gpu.stream());
+    });
   }
+  std::printf("%-8s %4d  fold bf16: %.2f -> %.2f us (%+.2f)\n", s.name, t, us[0], us[1], us[1] - us[0]);
 }
 
 void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
@@ -183,7 +168,7 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
         std::printf("%-8s %4d  %10.2f %10.2f %9.0f  (FP8 codes)\n", s.name, t, fp8_bytes / (read_gbs * 1e3), gemv_us,
                     fp8_bytes / (gemv_us * 1e3));
       }
-      if (fold && t <= cuda::kGemvMaxTokens) print_fold_timings(gpu, s, t, args, weights, fp8_weights, fill, sms, keep);
+      if (fold && t <= cuda::kGemvMaxTokens) print_fold_timings(gpu, s, t, args, weights, fill, sms, keep);
       if (t <= cuda::kGemvMaxTokens) {
         const double gemv_us = graph_time_us(gpu, [&](int i) {
           cuda::GemvArgs a = args;

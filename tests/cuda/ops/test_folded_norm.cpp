@@ -15,24 +15,10 @@
 namespace nanovllm::test {
 namespace {
 
-// A weight for x [T, k] . W^T [k, n]: bf16, or FP8 codes with block scales.
-struct TestWeight {
-  Tensor weight, block_scale;
-};
-
 class FoldedNormTest : public CudaOpsTest {
  protected:
-  TestWeight make_weight(bool fp8, int n, int k) {
-    if (!fp8) return {gpu_bf16(random_bf16_values(rng_, int64_t{n} * k, 0.1f), {n, k}), Tensor()};
-    const int64_t sn = (n + 127) / 128, sk = (k + 127) / 128;
-    gpu().reserve_fp8_linear(n, k);
-    return {gpu_raw(random_fp8_codes(rng_, int64_t{n} * k), DType::F8_E4M3, {n, k}),
-            gpu_raw(random_fp8_scales(rng_, sn * sk), DType::F32, {sn, sk})};
-  }
-  void linear(const Tensor& x, const TestWeight& w, const Tensor& bias, Tensor& out) {
-    if (w.block_scale.empty()) return gpu().linear(x, w.weight, bias, out);
-    gpu().linear_fp8(x, w.weight, w.block_scale, bias, out);
-  }
+  // A bf16 weight [n, k] for x [T, k] . W^T.
+  Tensor make_weight(int n, int k) { return gpu_bf16(random_bf16_values(rng_, int64_t{n} * k, 0.1f), {n, k}); }
 };
 
 float round_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
@@ -43,8 +29,8 @@ TEST_F(FoldedNormTest, MatchesLinearAddRmsNormLinear) {
     int hidden, in, out, inter;  // the norm's width, the first linear's K, the second's N, gate_up's I
   };
   for (const Shape s : {Shape{32, 48, 40, 16}, Shape{1024, 2048, 4096, 3072}, Shape{4096, 4096, 6144, 1536}}) {
-    const TestWeight first = make_weight(false, s.hidden, s.in), second = make_weight(false, s.out, s.hidden),
-                     gate_up = make_weight(false, 2 * s.inter, s.hidden);
+    const Tensor first = make_weight(s.hidden, s.in), second = make_weight(s.out, s.hidden),
+                 gate_up = make_weight(2 * s.inter, s.hidden);
     const auto norm_values = random_bf16_values(rng_, s.hidden);
     const Tensor norm_weight = gpu_bf16(norm_values, {s.hidden});
     const Tensor bias = gpu_bf16(random_bf16_values(rng_, s.out), {s.out});
@@ -69,19 +55,19 @@ TEST_F(FoldedNormTest, MatchesLinearAddRmsNormLinear) {
       Tensor delta = gpu_empty(DType::BF16, {t, s.hidden}), normed = gpu_empty(DType::BF16, {t, s.hidden});
       Tensor residual_apart = gpu_bf16(residual_values, {t, s.hidden});
       Tensor out_apart = gpu_empty(DType::BF16, {t, s.out}), act_apart = gpu_empty(DType::BF16, {t, s.inter});
-      linear(x, first, Tensor(), delta);
+      gpu().linear(x, first, Tensor(), delta);
       gpu().add_rms_norm(delta, residual_apart, norm_weight, eps, normed);
-      linear(normed, second, bias, out_apart);
-      ASSERT_TRUE(gpu().linear_silu_and_mul(normed, gate_up.weight, gate_up.block_scale, {}, act_apart)) << where;
+      gpu().linear(normed, second, bias, out_apart);
+      ASSERT_TRUE(gpu().linear_silu_and_mul(normed, gate_up, Tensor(), {}, act_apart)) << where;
 
       // Folded.
       Tensor residual = gpu_bf16(residual_values, {t, s.hidden}), half_normed = gpu_empty(DType::BF16, {t, s.hidden});
       Tensor pieces = gpu_empty(DType::F32, {t, pieces_per_row});
       Tensor out = gpu_empty(DType::BF16, {t, s.out}), act = gpu_empty(DType::BF16, {t, s.inter});
-      gpu().linear_add_folded_norm(x, first.weight, first.block_scale, residual, norm_weight, pieces, half_normed);
+      gpu().linear_add_folded_norm(x, first, Tensor(), residual, norm_weight, pieces, half_normed);
       const FoldedNormInput input{pieces, eps};
-      gpu().linear_folded_norm_input(half_normed, second.weight, second.block_scale, bias, input, out);
-      ASSERT_TRUE(gpu().linear_silu_and_mul(half_normed, gate_up.weight, gate_up.block_scale, input, act)) << where;
+      gpu().linear_folded_norm_input(half_normed, second, Tensor(), bias, input, out);
+      ASSERT_TRUE(gpu().linear_silu_and_mul(half_normed, gate_up, Tensor(), input, act)) << where;
 
       ASSERT_EQ(read_gpu_bytes(residual), read_gpu_bytes(residual_apart)) << where << ": residual";
       const auto h = read_gpu(residual), got_half = read_gpu(half_normed), got_pieces = read_gpu(pieces);
@@ -105,7 +91,7 @@ TEST_F(FoldedNormTest, MatchesLinearAddRmsNormLinear) {
       expect_rel_l2(read_gpu(act), read_gpu(act_apart), 1e-2, where + ": gate_up + SiLU against apart");
 
       // And against the fp32 CPU backend on the bf16 values: rms_norm of the folded residual, then the linear.
-      const auto w_values = read_gpu(second.weight);
+      const auto w_values = read_gpu(second);
       Tensor cpu_normed = cpu_empty(DType::F32, {t, s.hidden}), want = cpu_empty(DType::F32, {t, s.out});
       cpu().rms_norm(cpu_f32(h, {t, s.hidden}), cpu_f32(norm_values, {s.hidden}), eps, cpu_normed);
       cpu().linear(cpu_normed, cpu_f32(w_values, {s.out, s.hidden}), cpu_f32(read_gpu(bias), {s.out}), want);
@@ -117,13 +103,15 @@ TEST_F(FoldedNormTest, MatchesLinearAddRmsNormLinear) {
 // Where the fold is not offered: more than 16 rows, pieces over 16 KiB, a width not a multiple of 32, FP8 weights,
 // the CPU. An FP8 call with an input norm is refused without writing (linear_silu_and_mul) or with an error.
 TEST_F(FoldedNormTest, SupportLimits) {
-  const TestWeight fp8 = make_weight(true, 64, 64);
+  gpu().reserve_fp8_linear(64, 64);
+  const Tensor codes = gpu_raw(random_fp8_codes(rng_, 64 * 64), DType::F8_E4M3, {64, 64});
+  const Tensor scales = gpu_raw(random_fp8_scales(rng_, 1), DType::F32, {1, 1});
   const Tensor x = gpu_bf16(random_bf16_values(rng_, 64), {1, 64});
   const FoldedNormInput input{gpu_raw(std::vector<float>(8, 1.0f), DType::F32, {1, 8}), 1e-6f};
   Tensor act = gpu_empty(DType::BF16, {1, 32}), out = gpu_empty(DType::BF16, {1, 64});
-  EXPECT_FALSE(gpu().linear_silu_and_mul(x, fp8.weight, fp8.block_scale, input, act));
+  EXPECT_FALSE(gpu().linear_silu_and_mul(x, codes, scales, input, act));
   for (const float v : read_gpu(act)) ASSERT_TRUE(std::isnan(v)) << "a refused call wrote its output";
-  EXPECT_THROW(gpu().linear_folded_norm_input(x, fp8.weight, fp8.block_scale, Tensor(), input, out), EngineError);
+  EXPECT_THROW(gpu().linear_folded_norm_input(x, codes, scales, Tensor(), input, out), EngineError);
 
   EXPECT_TRUE(gpu().supports_norm_fold(16, 1024, DType::BF16));
   EXPECT_FALSE(gpu().supports_norm_fold(17, 1024, DType::BF16));
