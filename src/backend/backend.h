@@ -85,9 +85,9 @@ struct BackendLimits {
 // Ops recorded once and replayed with one launch, over the buffers and shapes they were recorded with (a CUDA
 // graph). Made by Backend::capture_graph.
 // The input of a linear whose RMSNorm the linear before it left half done (Backend::linear_add_folded_norm):
-// the residual's sums of squares in pieces, and the norm's eps. Empty pieces: an ordinary input.
+// the residual's sums of squares, and the norm's eps. Empty sums: an ordinary input.
 struct FoldedNormInput {
-  Tensor pieces;  // F32 [T, folded_norm_pieces(H)]
+  Tensor sums;  // I64 [T, folded_norm_sum_words()], in the backend's own form
   float eps = 0.0f;
 };
 
@@ -205,7 +205,7 @@ class Backend {
   // An RMSNorm folded into the linears on either side of it, for decode batches: add_rms_norm(x . W^T, residual,
   // norm_weight) then linear(out, W2) costs two launches and a round trip more than the norm's arithmetic. The
   // linear before it (linear_add_folded_norm) adds its product to residual as add_rms_norm does and writes out =
-  // residual * norm_weight and the residual's sums of squares in pieces; the linear after it
+  // residual * norm_weight and adds up the residual's sums of squares; the linear after it
   // (linear_folded_norm_input, or linear_silu_and_mul with input_norm) multiplies its products by each row's
   // 1 / rms. The same math, rounded differently (the products multiply bf16(residual * norm_weight), not
   // bf16(residual / rms * norm_weight)). Whether this backend does it for T rows of width H between linears whose
@@ -215,21 +215,22 @@ class Backend {
     (void)tokens, (void)hidden, (void)weight_dtype;
     return false;
   }
-  // Pieces a row's sums of squares come in (the width of FoldedNormInput::pieces).
-  virtual int64_t folded_norm_pieces(int64_t hidden) const {
-    (void)hidden;
-    return 0;
-  }
+  // I64 words a row's sum of squares takes (the width of FoldedNormInput::sums).
+  virtual int64_t folded_norm_sum_words() const { return 0; }
   // residual += x . weight^T (rounded to compute_dtype() as add_rms_norm rounds it); out = residual * norm_weight;
-  // pieces = the new residual's sums of squares. weight bf16, or FP8 codes with a non-empty block_scale as in
+  // sums [T, words] += the new residual's sums of squares: the sums are accumulated, so they must be zero when the
+  // call runs, and the call zeroes stale_sums (any I64 tensor, e.g. an earlier norm's sums whose readers have all
+  // been enqueued before it; may be empty). weight bf16, or FP8 codes with a non-empty block_scale as in
   // linear_fp8(). Only where supports_norm_fold().
   virtual void linear_add_folded_norm(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
-                                      Tensor& residual, const Tensor& norm_weight, Tensor& pieces, Tensor& out) {
-    (void)x, (void)weight, (void)block_scale, (void)residual, (void)norm_weight, (void)pieces, (void)out;
+                                      Tensor& residual, const Tensor& norm_weight, Tensor& sums, Tensor& stale_sums,
+                                      Tensor& out) {
+    (void)x, (void)weight, (void)block_scale, (void)residual, (void)norm_weight, (void)sums, (void)stale_sums,
+        (void)out;
     throw EngineError(name() + " backend does not fold norms (linear_add_folded_norm)");
   }
   // linear() (or linear_fp8() with a non-empty block_scale) of linear_add_folded_norm's out: each product times
-  // its row's 1 / rms from input_norm, then the bias. Only where supports_norm_fold().
+  // its row's 1 / rms from input_norm (those sums unchanged), then the bias. Only where supports_norm_fold().
   virtual void linear_folded_norm_input(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
                                         const Tensor& bias, const FoldedNormInput& input_norm, Tensor& out) {
     (void)x, (void)weight, (void)block_scale, (void)bias, (void)input_norm, (void)out;

@@ -120,7 +120,7 @@ Qwen3Model::LinearWeight Qwen3Model::load_fp8_linear(WeightSource& weights, cons
 
 void Qwen3Model::linear(const Tensor& x, const LinearWeight& w, const Tensor& bias, Tensor& out,
                         const FoldedNormInput& input_norm) {
-  if (!input_norm.pieces.empty())
+  if (!input_norm.sums.empty())
     return backend_.linear_folded_norm_input(x, w.weight, w.block_scale, bias, input_norm, out);
   if (w.block_scale.empty()) return backend_.linear(x, w.weight, bias, out);
   backend_.linear_fp8(x, w.weight, w.block_scale, bias, out);
@@ -219,16 +219,22 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
   act_ = allocate(act, {T, i_local});
   last_hidden_ = allocate(act, {max_logits_rows, H});
   // Decode steps of up to this many rows fold the norms into their linears (Backend::supports_norm_fold); with
-  // tensor parallelism the residual add waits for the all-reduce, so they do not.
-  int64_t folded_norm_rows = 0;
+  // tensor parallelism the residual add waits for the all-reduce, so they do not. Nor does a single layer, which
+  // has one folded norm: its sums would have no other linear to zero them between steps.
   const bool fp8_linears = std::any_of(layers_.begin(), layers_.end(), [](const Layer& L) {
     return !L.qkv.block_scale.empty() || !L.o_proj.block_scale.empty() || !L.gate_up.block_scale.empty() ||
            !L.down_proj.block_scale.empty();
   });
   const DType linear_dtype = fp8_linears ? DType::F8_E4M3 : act;
-  while (!shard.sharded() && folded_norm_rows < T && backend.supports_norm_fold(folded_norm_rows + 1, H, linear_dtype))
-    ++folded_norm_rows;
-  if (folded_norm_rows > 0) norm_pieces_ = allocate(DType::F32, {folded_norm_rows, backend.folded_norm_pieces(H)});
+  while (!shard.sharded() && layers_.size() >= 2 && folded_norm_rows_ < T &&
+         backend.supports_norm_fold(folded_norm_rows_ + 1, H, linear_dtype))
+    ++folded_norm_rows_;
+  if (folded_norm_rows_ > 0) {
+    const int64_t folded_norms = 2 * static_cast<int64_t>(layers_.size()) - 1, words = backend.folded_norm_sum_words();
+    norm_sums_ = allocate(DType::I64, {folded_norms * folded_norm_rows_, words});
+    const std::vector<int64_t> zeros(static_cast<size_t>(norm_sums_.numel()), 0);
+    backend.upload(zeros.data(), norm_sums_.data, norm_sums_.bytes());
+  }
   if (shard.sharded()) {
     local_logits_ = allocate(DType::F32, {max_logits_rows, Vc});
     if (shard.rank == 0) gathered_logits_ = allocate(DType::F32, {shard.size, max_logits_rows, Vc});
@@ -261,32 +267,44 @@ void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cac
   b.rms_norm(residual, layers_[0].input_norm, eps, hidden);
   // Folded norms (Backend::supports_norm_fold): the linear before a norm adds the residual and leaves the
   // division by the rms to the linear after it. Not the first layer's input norm (after the embedding) nor the
-  // final norm (before the lm_head).
-  const bool fold = !norm_pieces_.empty() && T <= norm_pieces_.dim(0);  // its rows are those that fold
-  const FoldedNormInput folded{fold ? norm_pieces_.rows(0, T) : Tensor{}, eps};
-  Tensor pieces = folded.pieces;
+  // final norm (before the lm_head): norm s = 2 i + 1 is layer i's post-attention norm, 2 i + 2 layer i + 1's
+  // input norm.
+  const bool fold = folded_norm_rows_ > 0 && T <= folded_norm_rows_;
+  const int64_t folded_norms = fold ? norm_sums_.dim(0) / folded_norm_rows_ : 0;
+  // Norm s's sums (s taken modulo the step's norms), its first `rows` rows.
+  const auto sums_of = [&](int64_t s, int64_t rows) {
+    const int64_t at = (s + folded_norms) % folded_norms * folded_norm_rows_;
+    return norm_sums_.rows(at, rows);
+  };
+  // The linear before norm s: its sums start at zero because the one before norm s + 1 zeroes them (the last
+  // norm's, the step's first), after the linear after norm s has read them.
+  const auto linear_before_norm = [&](int64_t s, const Tensor& x, const LinearWeight& w, const Tensor& norm_weight) {
+    Tensor sums = sums_of(s, T), stale = sums_of(s - 1, folded_norm_rows_);
+    b.linear_add_folded_norm(x, w.weight, w.block_scale, residual, norm_weight, sums, stale, hidden);
+  };
+  const auto input_of_norm = [&](int64_t s) { return FoldedNormInput{sums_of(s, T), eps}; };
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& L = layers_[i];
     const bool last = i + 1 == layers_.size();
-    linear(hidden, L.qkv, L.qkv_bias, qkv, i > 0 ? folded : FoldedNormInput{});
+    const auto norm = static_cast<int64_t>(2 * i);  // layer i's input norm (folded from layer 1)
+    linear(hidden, L.qkv, L.qkv_bias, qkv, fold && i > 0 ? input_of_norm(norm) : FoldedNormInput{});
     b.qk_norm_rope_cache(qkv, L.q_norm, L.k_norm, eps, step.positions, rope_, step.slot_mapping, nh, nkv, d, cache[i],
                          q);
     b.paged_attention(q, cache[i], step.attention, nh, nkv, d, scale, attn);
     if (fold) {
-      b.linear_add_folded_norm(attn, L.o_proj.weight, L.o_proj.block_scale, residual, L.post_attention_norm, pieces,
-                               hidden);
+      linear_before_norm(norm + 1, attn, L.o_proj, L.post_attention_norm);
     } else {
       linear(attn, L.o_proj, Tensor{}, delta);
       reduce_add_norm(delta, residual, L.post_attention_norm, hidden);
     }
-    if (!b.linear_silu_and_mul(hidden, L.gate_up.weight, L.gate_up.block_scale, folded, act)) {
-      linear(hidden, L.gate_up, Tensor{}, gate_up, folded);
+    const FoldedNormInput mlp_input = fold ? input_of_norm(norm + 1) : FoldedNormInput{};
+    if (!b.linear_silu_and_mul(hidden, L.gate_up.weight, L.gate_up.block_scale, mlp_input, act)) {
+      linear(hidden, L.gate_up, Tensor{}, gate_up, mlp_input);
       b.silu_and_mul(gate_up, act);
     }
     // The next layer's input norm, or the final norm after the last layer.
     if (fold && !last) {
-      b.linear_add_folded_norm(act, L.down_proj.weight, L.down_proj.block_scale, residual, layers_[i + 1].input_norm,
-                               pieces, hidden);
+      linear_before_norm(norm + 2, act, L.down_proj, layers_[i + 1].input_norm);
     } else {
       linear(act, L.down_proj, Tensor{}, delta);
       reduce_add_norm(delta, residual, last ? final_norm_ : layers_[i + 1].input_norm, hidden);

@@ -652,12 +652,8 @@ cuda::GemvArgs CudaBackend::checked_gemv_args(const char* op, const Tensor& x, c
 
 void CudaBackend::attach_folded_norm_input(const char* op, const FoldedNormInput& input_norm,
                                            cuda::GemvArgs& gemv) const {
-  const int64_t pieces = folded_norm_pieces(gemv.k);
-  require_dtype(input_norm.pieces, DType::F32, op, "input_norm.pieces");
-  require(input_norm.pieces.numel() == gemv.tokens * pieces && aligned16(input_norm.pieces.data), op,
-          "input_norm.pieces " + input_norm.pieces.shape_string() + " must be [" + std::to_string(gemv.tokens) + ", " +
-              std::to_string(pieces) + "], 16-byte aligned");
-  gemv.input_sum_squares = input_norm.pieces.as<float>();
+  require_norm_sums(input_norm.sums, gemv.tokens, op, "input_norm.sums");
+  gemv.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_norm.sums.data);
   gemv.eps = input_norm.eps;
 }
 
@@ -682,40 +678,64 @@ bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, con
   cuda::GemvArgs gemv = checked_gemv_args(op, x, weight, block_scale, Tensor{}, gate_up_shape);
   gemv.n /= 2;
   gemv.swiglu = true;
-  if (!input_norm.pieces.empty()) attach_folded_norm_input(op, input_norm, gemv);
+  if (!input_norm.sums.empty()) attach_folded_norm_input(op, input_norm, gemv);
   if (!cuda::gemv_supports(gemv)) return false;
   if (gemv.weight_fp8 != nullptr) last_fp8_linear_path_ = Fp8LinearPath::kGemv;
   cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
   return true;
 }
 
-// FP8 codes measured slower folded than apart (gemv.cu's gemv_supports has the numbers).
+// FP8 codes stream in half the time, beside which a folded call's own costs weigh more: folded, Qwen3-0.6B (rows of
+// 1,024) measured 6-11% faster at batch 1 to 16, Qwen3-8B (rows of 4,096) within 1% at batch 1 and 4 and 3% slower
+// at 16 (H100, results.md R107). So FP8 folds up to kFp8FoldedNormElements a step.
 bool CudaBackend::supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype) const {
-  return weight_dtype == DType::BF16 && tokens >= 1 && tokens <= cuda::kGemvMaxTokens && hidden % 32 == 0 &&
-         tokens * folded_norm_pieces(hidden) * int64_t{sizeof(float)} <= cuda::kGemvMaxNormPiecesBytes;
+  constexpr int64_t kFp8FoldedNormElements = 16 * 1024;
+  const bool dtype_ok =
+      weight_dtype == DType::BF16 || (weight_dtype == DType::F8_E4M3 && tokens * hidden <= kFp8FoldedNormElements);
+  return dtype_ok && tokens >= 1 && tokens <= cuda::kGemvMaxTokens && hidden % 8 == 0 && hidden >= 8 &&
+         hidden <= cuda::kGemvMaxNormWidth;
 }
 
-int64_t CudaBackend::folded_norm_pieces(int64_t hidden) const {
-  return (hidden + cuda::kGemvNormPieceRows - 1) / cuda::kGemvNormPieceRows;
+int64_t CudaBackend::folded_norm_sum_words() const {
+  return static_cast<int64_t>(sizeof(cuda::GemvNormSum) / sizeof(int64_t));
+}
+
+void CudaBackend::require_norm_sums(const Tensor& sums, int64_t rows, const char* op, const char* what) const {
+  require_dtype(sums, DType::I64, op, what);
+  require(sums.numel() == rows * folded_norm_sum_words() && aligned16(sums.data), op,
+          std::string(what) + " " + sums.shape_string() + " must be [" + std::to_string(rows) + ", " +
+              std::to_string(folded_norm_sum_words()) + "], 16-byte aligned");
 }
 
 void CudaBackend::linear_add_folded_norm(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
-                                         Tensor& residual, const Tensor& norm_weight, Tensor& pieces, Tensor& out) {
+                                         Tensor& residual, const Tensor& norm_weight, Tensor& sums, Tensor& stale_sums,
+                                         Tensor& out) {
   make_current();
   const char* op = "linear_add_folded_norm";
   require_dtype(out, DType::BF16, op, "out");
   cuda::GemvArgs gemv = checked_gemv_args(op, x, weight, block_scale, Tensor{}, out);
   require_dtype(residual, DType::BF16, op, "residual");
   require_dtype(norm_weight, DType::BF16, op, "norm_weight");
-  require_dtype(pieces, DType::F32, op, "pieces");
-  require(residual.numel() == out.numel() && norm_weight.numel() == gemv.n &&
-              pieces.numel() == gemv.tokens * folded_norm_pieces(gemv.n),
-          op,
-          "shapes residual " + residual.shape_string() + ", norm_weight " + norm_weight.shape_string() + ", pieces " +
-              pieces.shape_string() + " for out " + out.shape_string());
+  require(residual.numel() == out.numel() && norm_weight.numel() == gemv.n, op,
+          "shapes residual " + residual.shape_string() + ", norm_weight " + norm_weight.shape_string() + " for out " +
+              out.shape_string());
+  require_norm_sums(sums, gemv.tokens, op, "sums");
+  const int64_t words = folded_norm_sum_words();
+  if (!stale_sums.empty()) {
+    require_dtype(stale_sums, DType::I64, op, "stale_sums");
+    const auto* stale = static_cast<const char*>(stale_sums.data);
+    const auto* added = static_cast<const char*>(sums.data);
+    require(stale_sums.numel() % words == 0 && aligned16(stale_sums.data) &&
+                (stale + stale_sums.bytes() <= added || added + sums.bytes() <= stale),
+            op,
+            "stale_sums " + stale_sums.shape_string() + " must be whole rows of " + std::to_string(words) +
+                " words, 16-byte aligned, apart from sums");
+  }
   gemv.residual = bf16_mut(residual);
   gemv.norm_weight = bf16(norm_weight);
-  gemv.sum_squares = pieces.as<float>();
+  gemv.sum_squares = static_cast<cuda::GemvNormSum*>(sums.data);
+  gemv.stale_sums = static_cast<cuda::GemvNormSum*>(stale_sums.data);
+  gemv.stale_sum_count = static_cast<int>(stale_sums.numel() / words);
   launch_folded_gemv(op, gemv);
 }
 

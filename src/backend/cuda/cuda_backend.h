@@ -92,11 +92,11 @@ class CudaBackend final : public Backend {
   void silu_and_mul(const Tensor& gate_up, Tensor& out) override;
   bool linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
                            const FoldedNormInput& input_norm, Tensor& out) override;
-  // The GEMV's folded norm: bf16 weights, up to 16 rows whose pieces (8 values of a row each) fit 16 KiB.
+  // The GEMV's folded norm: up to 16 rows of at most cuda::kGemvMaxNormWidth, bf16 weights or (fewer) FP8 codes.
   bool supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype) const override;
-  int64_t folded_norm_pieces(int64_t hidden) const override;
+  int64_t folded_norm_sum_words() const override;
   void linear_add_folded_norm(const Tensor& x, const Tensor& weight, const Tensor& block_scale, Tensor& residual,
-                              const Tensor& norm_weight, Tensor& pieces, Tensor& out) override;
+                              const Tensor& norm_weight, Tensor& sums, Tensor& stale_sums, Tensor& out) override;
   void linear_folded_norm_input(const Tensor& x, const Tensor& weight, const Tensor& block_scale, const Tensor& bias,
                                 const FoldedNormInput& input_norm, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
@@ -150,8 +150,10 @@ class CudaBackend final : public Backend {
   // codes when block_scale is not empty.
   static cuda::GemvArgs checked_gemv_args(const char* op, const Tensor& x, const Tensor& weight,
                                           const Tensor& block_scale, const Tensor& bias, const Tensor& out);
-  // Checks input_norm's pieces against the call's rows and K and points the GEMV at them.
+  // Checks input_norm's sums against the call's rows and points the GEMV at them.
   void attach_folded_norm_input(const char* op, const FoldedNormInput& input_norm, cuda::GemvArgs& gemv) const;
+  // Throws unless sums is an I64 [rows, folded_norm_sum_words()] tensor, 16-byte aligned.
+  void require_norm_sums(const Tensor& sums, int64_t rows, const char* op, const char* what) const;
   // Launches a folded-norm GEMV; a call supports_norm_fold() promised but the GEMV refuses is an engine error.
   void launch_folded_gemv(const char* op, const cuda::GemvArgs& gemv);
 

@@ -48,6 +48,18 @@ __device__ __forceinline__ uint4 load_weight_or_zero(const __nv_bfloat16* p, boo
   return v;
 }
 
+// A block scale of FP8 weights, predicated (0 when !pred), in one volatile asm so that it is issued where the source
+// puts it: with the round's weights, before the wait for the previous grid. Left to the compiler, the folded-norm
+// kernels issued it after the fold's copies and waited on it before issuing the x loads, a round trip in series
+// (ncu, Qwen3-8B's qkv at T = 1: 18.6 us folded against 16.4 plain, 28% of the stall samples on the scale's use).
+__device__ __forceinline__ float load_scale_or_zero(const float* p, bool pred) {
+  float v;
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\tmov.b32 %0, 0;\n\t@p ld.global.nc.f32 %0, [%1];\n\t}"
+               : "=f"(v)
+               : "l"(p), "r"(static_cast<int>(pred)));
+  return v;
+}
+
 // volatile + "memory": x is written by the previous kernel, so these loads must stay after
 // wait_for_previous_grid() (the W loads may move freely). A plain (coherent) ld.global rather than .nc:
 // under a programmatic dependent launch x is written while this grid is already resident.
@@ -79,10 +91,46 @@ enum class NormFold { kNone, kScaleByInputRms, kAddResidual };
 struct NormFoldParams {
   __nv_bfloat16* residual;
   const __nv_bfloat16* norm_weight;
-  float* sum_squares;
-  const float* input_sum_squares;
+  GemvNormSum* sum_squares;
+  GemvNormSum* stale_sums;
+  int stale_sum_count;
+  const GemvNormSum* input_sum_squares;
   float eps;
 };
+
+// GemvNormSum's range and flag.
+constexpr float kNormSumFractionUnits = 0x1p40f;  // fraction units a whole unit
+constexpr float kNormSumMaxPiece = 0x1p52f;
+constexpr unsigned long long kNormSumNotFinite = 1ull << 63;
+
+// Adds one 8-row piece (>= 0) of a row's sum of squares. Both words are exact functions of the piece (its whole
+// part, and its fraction scaled by 2^40 and rounded), so the integer total is the same in any order.
+__device__ __forceinline__ void add_norm_sum_piece(GemvNormSum* sum, float square) {
+  if (!(square < kNormSumMaxPiece)) {  // inf, NaN or out of range
+    atomicOr(&sum->whole, kNormSumNotFinite);
+    return;
+  }
+  const float whole = floorf(square);
+  const auto whole_units = static_cast<unsigned long long>(whole);
+  const auto fraction_units = static_cast<unsigned long long>(rintf((square - whole) * kNormSumFractionUnits));
+  if (whole_units != 0) atomicAdd(&sum->whole, whole_units);
+  if (fraction_units != 0) atomicAdd(&sum->fraction, fraction_units);
+}
+
+// 16 bytes from global to shared memory (cp.async) where `copy`, else nothing: the predicate inside the asm.
+__device__ __forceinline__ void copy_16_async_if(void* dst_shared, const void* src, bool copy) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\t@p cp.async.cg.shared.global [%0], [%1], 16;\n\t}\n" ::"r"(
+          attention_detail::smem_address(dst_shared)),
+      "l"(src), "r"(static_cast<int>(copy))
+      : "memory");
+}
+
+__device__ __forceinline__ float norm_sum_value(const GemvNormSum& sum) {
+  if ((sum.whole & kNormSumNotFinite) != 0) return __int_as_float(0x7fffffff);  // NaN
+  return static_cast<float>(static_cast<double>(sum.whole) +
+                            static_cast<double>(sum.fraction) / static_cast<double>(kNormSumFractionUnits));
+}
 
 __device__ __forceinline__ float round_to_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
@@ -114,13 +162,14 @@ constexpr int max_registers(int token_halves, bool fp8, NormFold fold) {
 // output never goes to memory. A CTA's first 4 kRowGroups weight rows are gate rows [out0, out0 + 4 kRowGroups),
 // the rest the up rows of the same outputs: every row keeps its place in the k-split and its sums, and n % (4
 // kRowGroups) == 0 keeps each half inside one 128-row FP8 scale block.
-// kNorm: kScaleByInputRms copies the input norm's sum-of-squares pieces to shared memory right after the wait
-// (they land while the weights stream; warp w copies and later sums those of tokens w, w + warps, ..., so no
-// barrier is added) and multiplies each product by its token's 1 / rms in the epilogue; kAddResidual copies the
-// CTA's residual rows and norm weights to shared memory right after the wait, adds each output to the residual
-// and writes residual * norm_weight and the sums of squares of every 8-row group (a C fragment's rows: lanes
-// that differ in bits 0, 2 and 3, summed by shuffles). Every CTA pays what a fold adds, and a grid of many waves
-// pays it once a wave, so the epilogue starts no load: what it reads was copied while the weights streamed.
+// kNorm: kScaleByInputRms copies the input norm's sums of squares (16 bytes a token) to shared memory right after
+// the wait (they land while the weights stream; thread t copies and later reads token t's, so no barrier is added)
+// and multiplies each product by its token's 1 / rms in the epilogue; kAddResidual copies the CTA's residual rows
+// and norm weights to shared memory right after the wait, adds each output to the residual, writes residual *
+// norm_weight, and adds the squares of every 8-row group (a C fragment's rows: lanes that differ in bits 0, 2 and
+// 3, summed by shuffles) to the token's sum (GemvNormSum); its CTA 0 zeroes the stale sums. Every CTA pays what a
+// fold adds, and a grid of many waves pays it once a wave, so the epilogue starts no load: what it reads was
+// copied while the weights streamed.
 template <int kTokenHalves, int kRowGroups, typename OutT, bool kFp8 = false, bool kIntegerCodes = false,
           bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(kTokenHalves, kFp8, kNorm))
@@ -134,8 +183,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
   constexpr int kUnroll = unroll_for(kRowGroups);
   constexpr int kTileFloats = kRowGroups * 32 * 4;  // one warp's C fragments
   constexpr int kWeightBytes = kFp8 ? 1 : 2;
+  // FP8 block scales loaded with the round's weights (load_scale_or_zero) where a fold's copies follow the wait;
+  // the plain kernel measured faster with the compiler's placement (bench_gemv, H100: Qwen3-0.6B's qkv at T = 1
+  // 3.53 us as placed by the compiler, 4.04 loaded with the weights).
+  constexpr bool kEarlyScales = kFp8 && kNorm != NormFold::kNone;
   __shared__ float4 partial[kMaxWarps][kRowGroups][32];
-  extern __shared__ float4 input_pieces[];  // kScaleByInputRms: [tokens, k / 8] floats
+  __shared__ GemvNormSum input_sums[kNorm == NormFold::kScaleByInputRms ? kTokenHalves * 8 : 1];
   __shared__ float inv_rms[kTokenHalves * 8];
   constexpr int kCtaRows = kRowsPerGroup * kRowGroups;
   __shared__ alignas(16) __nv_bfloat16 residual_rows[kNorm == NormFold::kAddResidual ? kTokenHalves * 8 : 1][kCtaRows];
@@ -178,37 +231,44 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
 
   for (int round = 0; round < steps; round += warps * kUnroll) {
     uint4 wv[kUnroll][kRowGroups], xv[kUnroll][kTokenHalves][kXLoads];
+    float scales[kUnroll], up_scales[kUnroll];  // FP8: each step's block scale (kSwiglu: the up rows' beside it)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int kk = (round + warp * kUnroll + u) * kStep + kLaneK * c;
+      const int step = round + warp * kUnroll + u;
+      const int kk = step * kStep + kLaneK * c;
       const bool live = kk < k;  // k % kLaneK == 0: a lane's chunk is all in or all out
 #pragma unroll
       for (int r = 0; r < kRowGroups; ++r)
         wv[u][r] = load_weight_or_zero(reinterpret_cast<const __nv_bfloat16*>(w_row[r] + kk * kWeightBytes), live);
+      if constexpr (kEarlyScales) {  // 0 past k: its loads were zeros anyway
+        const bool scaled = step * kStep < k;
+        const int block = scaled ? step * kStep / kFp8Block : 0;
+        scales[u] = load_scale_or_zero(scale_row + block, scaled);
+        up_scales[u] = kSwiglu ? load_scale_or_zero(up_scale_row + block, scaled) : 0.0f;
+      }
     }
     // Under a programmatic launch the weights above stream in while the previous kernel finishes; everything
     // below may read its output.
     if (round == 0) wait_for_previous_grid();
-    // The fold's operands (before the x loads, where fewer registers are live).
+    // The fold's operands, before the x loads (where fewer registers are live): copied by the first warp's lanes,
+    // predicated rather than branched around (FP8 codes measured faster so: Qwen3-0.6B's o_proj at T = 1 0.16 us).
     if (round == 0) {
-      using attention_detail::cp_async_16, attention_detail::smem_address;
       if constexpr (kNorm == NormFold::kScaleByInputRms) {
-        const int chunks = k / kGemvNormPieceRows / 4;  // a token's 16-byte chunks of pieces
-        for (int t = warp; t < tokens; t += warps)
-          for (int i = lane; i < chunks; i += 32)
-            cp_async_16(smem_address(input_pieces + t * chunks + i), norm.input_sum_squares + 4 * (t * chunks + i), 16);
+        copy_16_async_if(&input_sums[lane % (kTokenHalves * 8)], norm.input_sum_squares + min(lane, tokens - 1),
+                         warp == 0 && lane < tokens);
         attention_detail::cp_async_commit();
       }
       if constexpr (kNorm == NormFold::kAddResidual) {
-        // 8 rows a chunk (n % 8 == 0), one pass a token and a last one for the norm weights; chunks past n are
-        // left alone (their outputs are not stored).
-        for (int i = threadIdx.x; i < (tokens + 1) * kRowGroups; i += blockDim.x) {
-          const int t = i / kRowGroups, r = i % kRowGroups, row = row0 + r * kRowsPerGroup;
-          if (row >= n) continue;
-          if (t < tokens)
-            cp_async_16(smem_address(&residual_rows[t][r * kRowsPerGroup]),
-                        norm.residual + static_cast<int64_t>(t) * n + row, 16);
-          else cp_async_16(smem_address(&norm_weights[r * kRowsPerGroup]), norm.norm_weight + row, 16);
+        // 8 rows a chunk (n % 8 == 0), kRowGroups chunks a token and as many of norm weights after them; chunks
+        // past n are left alone (their outputs are not stored).
+#pragma unroll
+        for (int base = 0; base < (kTokenHalves * 8 + 1) * kRowGroups; base += 32) {
+          const int i = base + lane, t = min(i / kRowGroups, tokens), r = i % kRowGroups;
+          const int row = min(row0 + r * kRowsPerGroup, n - kRowsPerGroup);
+          const bool weights = t == tokens;
+          copy_16_async_if(weights ? &norm_weights[r * kRowsPerGroup] : &residual_rows[t][r * kRowsPerGroup],
+                           weights ? norm.norm_weight + row : norm.residual + static_cast<int64_t>(t) * n + row,
+                           warp == 0 && i < (tokens + 1) * kRowGroups && row0 + r * kRowsPerGroup < n);
         }
         attention_detail::cp_async_commit();
       }
@@ -226,11 +286,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int step = round + warp * kUnroll + u;
-      // The step's block scale (0 past k: its loads were zeros anyway); kSwiglu: the up rows' beside it.
       const bool scaled = kFp8 && step * kStep < k;
       const float factor = kIntegerCodes ? kScaledBf16Factor : 1.0f;
-      const float scale = scaled ? __ldg(scale_row + step * kStep / kFp8Block) * factor : 0.0f;
-      const float up_scale = scaled && kSwiglu ? __ldg(up_scale_row + step * kStep / kFp8Block) * factor : 0.0f;
+      const float* scale_at = scale_row + step * kStep / kFp8Block;
+      const float* up_scale_at = up_scale_row + step * kStep / kFp8Block;
+      const float scale = kEarlyScales ? scales[u] * factor : scaled ? __ldg(scale_at) * factor : 0.0f;
+      const float up_scale = !kSwiglu       ? 0.0f
+                             : kEarlyScales ? up_scales[u] * factor
+                             : scaled       ? __ldg(up_scale_at) * factor
+                                            : 0.0f;
 #pragma unroll
       for (int r = 0; r < kRowGroups; ++r) {
         const auto multiply = [&](float(&into)[4]) {
@@ -262,20 +326,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
 
 #pragma unroll
   for (int r = 0; r < kRowGroups; ++r) partial[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+  if constexpr (kNorm == NormFold::kAddResidual) {
+    if (blockIdx.x == 0)
+      for (int i = threadIdx.x; i < norm.stale_sum_count; i += blockDim.x) norm.stale_sums[i] = GemvNormSum{0, 0};
+  }
   if constexpr (kNorm != NormFold::kNone) attention_detail::cp_async_wait<0>();
   if constexpr (kNorm == NormFold::kScaleByInputRms) {
-    // The warp's own tokens (it copied their pieces): in a fixed order (lane-strided, then a butterfly), so the
-    // bits do not depend on the batch. The barrier below publishes inv_rms.
-    __syncwarp();
-    const int pieces = k / kGemvNormPieceRows;
-    const float* sums = &input_pieces[0].x;
-    for (int t = warp; t < tokens; t += warps) {
-      float sum = 0.0f;
-      for (int p = lane; p < pieces; p += 32) sum += sums[t * pieces + p];
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane == 0) inv_rms[t] = rsqrtf(sum / static_cast<float>(k) + norm.eps);
-    }
+    // The thread that copied the token's sum; the barrier below publishes inv_rms.
+    if (threadIdx.x < tokens)
+      inv_rms[threadIdx.x] = rsqrtf(norm_sum_value(input_sums[threadIdx.x]) / static_cast<float>(k) + norm.eps);
   }
   __syncthreads();
   const auto input_scale = [&](int token) { return kNorm == NormFold::kScaleByInputRms ? inv_rms[token] : 1.0f; };
@@ -321,10 +380,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
         square += __shfl_xor_sync(0xffffffffu, square, 1);
         square += __shfl_xor_sync(0xffffffffu, square, 4);
         square += __shfl_xor_sync(0xffffffffu, square, 8);
-        const int pieces = (n + kGemvNormPieceRows - 1) / kGemvNormPieceRows;
-        const int piece = blockIdx.x * kRowGroups + r;
-        if ((lane & 13) == 0 && token < tokens && piece < pieces)
-          norm.sum_squares[static_cast<int64_t>(token) * pieces + piece] = square;
+        if ((lane & 13) == 0 && token < tokens) add_norm_sum_piece(norm.sum_squares + token, square);
       } else if (stored) {
         store_output(out, static_cast<int64_t>(token) * n + row, sum);
       }
@@ -387,17 +443,13 @@ void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   // kernel has the second.
   const bool integer_codes = fp8 && static_cast<int64_t>(a.n) * (kSwiglu ? 2 : 1) * a.k < kIntegerCodesMaxWeight;
   auto kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, false, false, kSwiglu, kNorm>;
-  if constexpr (kNorm == NormFold::kNone) {  // a folded norm takes bf16 weights only (gemv_supports)
-    if (integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, true, kSwiglu>;
-    if constexpr (!kSwiglu) {
-      if (fp8 && !integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, false>;
-    }
+  if (integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, true, kSwiglu, kNorm>;
+  if constexpr (!kSwiglu) {
+    if (fp8 && !integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, false, false, kNorm>;
   }
-  const size_t pieces_bytes = kNorm == NormFold::kScaleByInputRms
-                                  ? static_cast<size_t>(a.tokens) * (a.k / kGemvNormPieceRows) * sizeof(float)
-                                  : 0;
-  const NormFoldParams norm{a.residual, a.norm_weight, a.sum_squares, a.input_sum_squares, a.eps};
-  launch_programmatic("gemv_kernel", kernel, grid, block, pieces_bytes, stream, a.x, weight, a.block_scale, a.bias,
+  const NormFoldParams norm{a.residual,        a.norm_weight,       a.sum_squares, a.stale_sums,
+                            a.stale_sum_count, a.input_sum_squares, a.eps};
+  launch_programmatic("gemv_kernel", kernel, grid, block, 0, stream, a.x, weight, a.block_scale, a.bias,
                       static_cast<OutT*>(a.out), a.tokens, a.n, a.k, norm);
 }
 
@@ -435,19 +487,22 @@ bool gemv_supports(const GemvArgs& a) {
   const bool swiglu_ok =
       !a.swiglu || (a.n % (4 * kMaxRowGroups) == 0 && a.bias == nullptr && a.out_dtype == DType::BF16 &&
                     (a.weight_fp8 == nullptr || int64_t{2} * a.n * a.k < kIntegerCodesMaxWeight));
-  // A folded norm: one side a call; bf16 weights and out; the call before it plain with the norm's operands, the
-  // call after it with whole 16-byte chunks of pieces that fit kGemvMaxNormPiecesBytes. FP8 codes measured slower
-  // folded than apart (H100, bench_gemv fold, T = 1 to 16: Qwen3-8B's qkv +2.5 to +6.6 us, gate_up +2.7 to +9.6,
-  // o_proj +1.4 to +1.9), where bf16 weights gain (qkv -2.5 to +0.5, o_proj -1.0 to -0.4, down -3.5 to -1.3).
+  // A folded norm: one side a call, BF16 out; the call before it plain with the norm's operands, its stale sums
+  // apart from the sums it adds to.
   const NormFold fold = norm_fold_of(a);
+  const auto stale_apart = [&] {
+    const GemvNormSum *sums = a.sum_squares, *stale = a.stale_sums;
+    return a.stale_sum_count == 0 ||
+           (stale != nullptr && (stale + a.stale_sum_count <= sums || sums + a.tokens <= stale));
+  };
   const bool norm_ok =
       fold == NormFold::kNone ||
-      (a.out_dtype == DType::BF16 && a.weight_fp8 == nullptr &&
+      (a.out_dtype == DType::BF16 &&
        (fold == NormFold::kAddResidual
             ? a.input_sum_squares == nullptr && !a.swiglu && a.bias == nullptr && a.n % 8 == 0 &&
-                  aligned16(a.residual) && aligned16(a.norm_weight) && a.sum_squares != nullptr
-            : a.k % 32 == 0 && aligned16(a.input_sum_squares) &&
-                  int64_t{a.tokens} * (a.k / kGemvNormPieceRows) * int64_t{sizeof(float)} <= kGemvMaxNormPiecesBytes));
+                  a.n <= kGemvMaxNormWidth && aligned16(a.residual) && aligned16(a.norm_weight) &&
+                  aligned16(a.sum_squares) && a.sum_squares != nullptr && a.stale_sum_count >= 0 && stale_apart()
+            : aligned16(a.input_sum_squares)));
   return a.tokens >= 1 && a.tokens <= kGemvMaxTokens && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.x != nullptr &&
          weight_ok && a.out != nullptr && aligned16(a.x) && (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32) &&
          swiglu_ok && norm_ok;
@@ -461,10 +516,10 @@ void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
         ", k % 8 == 0, 16-byte aligned x and weight, BF16 or F32 out" +
         (a.swiglu ? "; fused SiLU: n % 16 == 0, no bias, BF16 out, FP8 codes under 32 M elements" : "") +
         (norm_fold_of(a) == NormFold::kAddResidual
-             ? "; residual add: bf16 weights, BF16 out, no bias, no SiLU, n % 8 == 0, aligned residual and norm weight"
-         : norm_fold_of(a) == NormFold::kScaleByInputRms
-             ? "; scaled by the input's rms: bf16 weights, BF16 out, k % 32 == 0, aligned pieces of at most 16 KiB"
-             : "") +
+             ? "; residual add: BF16 out, no bias, no SiLU, n % 8 == 0, n <= " + std::to_string(kGemvMaxNormWidth) +
+                   ", aligned residual and norm weight, stale sums apart from the sums"
+         : norm_fold_of(a) == NormFold::kScaleByInputRms ? std::string("; scaled by the input's rms: BF16 out")
+                                                         : std::string()) +
         ")");
   }
   sm_count = std::max(sm_count, 1);

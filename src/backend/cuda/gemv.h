@@ -17,6 +17,18 @@ namespace nanovllm::cuda {
 // M = 16).
 inline constexpr int kGemvMaxTokens = 16;
 
+// A row's sum of squares as the folded norm's calls add it up: every 8-row piece of the sum is added atomically
+// as two integers, its whole part and its fraction in units of 2^-40, so the total does not depend on the order
+// the CTAs add in (batch invariance) and covers squares from 2^-40 to 2^52 a piece. Bit 63 of `whole` says a
+// piece was not finite (or above that range): the rms is then NaN, as the unfolded norm's would be.
+struct alignas(16) GemvNormSum {
+  unsigned long long whole;
+  unsigned long long fraction;
+};
+
+// The widest norm the call before it takes: 2048 pieces of at most 2^52 keep `whole` under 2^63.
+inline constexpr int kGemvMaxNormWidth = 16384;
+
 struct GemvArgs {
   const __nv_bfloat16* x = nullptr;       // [tokens, k], 16-byte aligned
   const __nv_bfloat16* weight = nullptr;  // [n, k], 16-byte aligned (or null: weight_fp8)
@@ -34,23 +46,23 @@ struct GemvArgs {
   // = silu(x . gate^T) * (x . up^T), the same bits as the plain call followed by silu_and_mul. Needs n % 16 == 0,
   // no bias, BF16 out, and FP8 codes of under 32 M elements (2n x k).
   bool swiglu = false;
-  // An RMSNorm folded into the calls around it (docs/kernels/gemv.md), one side per call, bf16 weights only:
+  // An RMSNorm folded into the calls around it (docs/kernels/gemv.md), one side per call:
   // - The call before the norm (residual set): each output is added to residual [tokens, n], rounded to bf16 as
-  //   add_rms_norm rounds it; out = bf16(residual * norm_weight [n]); and sum_squares [tokens, ceil(n / 8)] gets
-  //   the new residual's sums of squares, one a token and 8-row piece. BF16 out, no bias, no swiglu.
-  // - The call after it (input_sum_squares set): x is such an out and input_sum_squares that call's pieces
-  //   ([tokens, k / 8]); each product is multiplied by 1 / rms = rsqrt(sum / k + eps) before the bias (or the SiLU)
-  //   is applied. BF16 out, k % 32 == 0, tokens * k / 8 * 4 bytes at most kGemvMaxNormPiecesBytes.
+  //   add_rms_norm rounds it; out = bf16(residual * norm_weight [n]); and the new residual's sum of squares is added
+  //   to sum_squares [tokens] (fixed point, GemvNormSum), which must be zero when the call starts. The call also
+  //   zeroes stale_sums [stale_sum_count], the sums of an earlier norm whose readers have all run (it writes them
+  //   after the previous kernel has completed). BF16 out, no bias, no swiglu, n % 8 == 0, n <= kGemvMaxNormWidth.
+  // - The call after it (input_sum_squares set): x is such an out and input_sum_squares [tokens] that call's sums;
+  //   each product is multiplied by 1 / rms = rsqrt(sum / k + eps) before the bias (or the SiLU) is applied. BF16
+  //   out.
   __nv_bfloat16* residual = nullptr;
   const __nv_bfloat16* norm_weight = nullptr;
-  float* sum_squares = nullptr;
-  const float* input_sum_squares = nullptr;
+  GemvNormSum* sum_squares = nullptr;
+  GemvNormSum* stale_sums = nullptr;
+  int stale_sum_count = 0;
+  const GemvNormSum* input_sum_squares = nullptr;
   float eps = 0.0f;
 };
-
-// Rows of a sum-of-squares piece of a folded norm, and the most bytes of pieces the call after it takes.
-inline constexpr int kGemvNormPieceRows = 8;
-inline constexpr int kGemvMaxNormPiecesBytes = 16 * 1024;
 
 // True when the GEMV handles these arguments: 1 <= tokens <= kGemvMaxTokens, n >= 1, k a positive multiple
 // of 8 (16 for FP8 codes with their scales), x and weight 16-byte aligned, out_dtype BF16 or F32. Any n (but

@@ -3,7 +3,7 @@
 // `fp8`, the GEMV on block-scaled FP8 codes of the same shapes beside it, against the FP8 floor. With `fold`, each
 // projection's GEMV also as the decode step calls it with the norms folded in (GemvArgs: qkv and gate_up scaled by
 // the input's rms, gate_up with its SiLU where the GEMV fuses it; o_proj and down adding the residual), beside
-// the same call without the fold (bf16 weights: FP8 codes are not folded).
+// the same call without the fold, for bf16 weights (and with `fp8` for FP8 codes too).
 // As in bench_cuda_ops, each measurement captures 20 calls into a CUDA graph and reports the median of 15
 // replays / 20; the calls rotate over enough weight copies to exceed L2, so W comes from device memory.
 //
@@ -47,7 +47,7 @@ const std::vector<Shape> kQwen3_8b = {{"qkv", 6144, 4096, DType::BF16},
 
 // The projection's GEMV as the decode step launches it, with (fold) or without the norms folded in; false where
 // the GEMV does not take that call.
-bool step_call(const Shape& s, cuda::GemvArgs& a, bool fold, float* pieces, __nv_bfloat16* residual,
+bool step_call(const Shape& s, cuda::GemvArgs& a, bool fold, cuda::GemvNormSum* sums, __nv_bfloat16* residual,
                const __nv_bfloat16* norm_weight) {
   const std::string name = s.name;
   if (name == "gate_up") {
@@ -60,42 +60,59 @@ bool step_call(const Shape& s, cuda::GemvArgs& a, bool fold, float* pieces, __nv
   }
   if (!fold) return cuda::gemv_supports(a);
   if (name == "qkv" || name == "gate_up") {
-    a.input_sum_squares = pieces;
+    a.input_sum_squares = sums;
     a.eps = 1e-6f;
   } else if (name == "o_proj" || name == "down") {
     a.residual = residual;
     a.norm_weight = norm_weight;
-    a.sum_squares = pieces;
+    a.sum_squares = sums;
+    a.stale_sums = sums + cuda::kGemvMaxTokens;  // as the step: another norm's sums zeroed
+    a.stale_sum_count = cuda::kGemvMaxTokens;
   } else {
     return false;
   }
   return cuda::gemv_supports(a);
 }
 
-// The projection's GEMV plain and folded (bf16 weights: FP8 codes are not folded), one line.
+// The projection's GEMV plain and folded, one line: on bf16 weights, or (fp8_weights not empty) on FP8 codes.
 template <class Fill>
 void print_fold_timings(CudaBackend& gpu, const Shape& s, int t, const cuda::GemvArgs& args,
-                        const std::vector<const __nv_bfloat16*>& weights, Fill& fill, int sms,
+                        const std::vector<const __nv_bfloat16*>& weights,
+                        const std::vector<std::pair<const uint8_t*, const float*>>& fp8_weights, Fill& fill, int sms,
                         std::vector<Buffer>& keep) {
-  // Pieces of positive sums (the previous call's), a residual and norm weights: the fold's operands.
-  keep.push_back(gpu.allocate(static_cast<size_t>(t) * std::max(s.n, s.k) * sizeof(float)));
-  auto* pieces = static_cast<float*>(keep.back().data());
-  const std::vector<float> ones(static_cast<size_t>(t) * std::max(s.n, s.k), 1.0f);
-  gpu.upload(ones.data(), pieces, ones.size() * sizeof(float));
+  // Sums of squares of 1 a row (the previous call's, and the stale ones after them), a residual and norm weights:
+  // the fold's operands.
+  std::vector<cuda::GemvNormSum> host_sums(2 * cuda::kGemvMaxTokens, cuda::GemvNormSum{1, 0});
+  keep.push_back(gpu.allocate(host_sums.size() * sizeof(cuda::GemvNormSum)));
+  auto* sums = static_cast<cuda::GemvNormSum*>(keep.back().data());
+  gpu.upload(host_sums.data(), sums, keep.back().bytes());
   __nv_bfloat16* residual = fill(int64_t{t} * s.n);
   const __nv_bfloat16* norm_weight = fill(s.n);
   cuda::GemvArgs calls[2] = {args, args};
+  if (!fp8_weights.empty()) {
+    for (cuda::GemvArgs& a : calls) {
+      a.weight = nullptr;
+      a.weight_fp8 = fp8_weights[0].first;
+      a.block_scale = fp8_weights[0].second;
+    }
+  }
   for (const bool folded : {false, true})
-    if (!step_call(s, calls[folded], folded, pieces, residual, norm_weight)) return;  // e.g. the lm_head
+    if (!step_call(s, calls[folded], folded, sums, residual, norm_weight)) return;  // e.g. the lm_head
   double us[2] = {0.0, 0.0};
   for (const bool folded : {false, true}) {
     us[folded] = graph_time_us(gpu, [&](int i) {
       cuda::GemvArgs a = calls[folded];
-      a.weight = weights[i % weights.size()];
+      if (fp8_weights.empty()) {
+        a.weight = weights[i % weights.size()];
+      } else {
+        a.weight_fp8 = fp8_weights[i % fp8_weights.size()].first;
+        a.block_scale = fp8_weights[i % fp8_weights.size()].second;
+      }
       cuda::launch_gemv(a, sms, gpu.stream());
     });
   }
-  std::printf("%-8s %4d  fold bf16: %.2f -> %.2f us (%+.2f)\n", s.name, t, us[0], us[1], us[1] - us[0]);
+  std::printf("%-8s %4d  fold %s: %.2f -> %.2f us (%+.2f)\n", s.name, t, fp8_weights.empty() ? "bf16" : "FP8", us[0],
+              us[1], us[1] - us[0]);
 }
 
 void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
@@ -168,7 +185,10 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
         std::printf("%-8s %4d  %10.2f %10.2f %9.0f  (FP8 codes)\n", s.name, t, fp8_bytes / (read_gbs * 1e3), gemv_us,
                     fp8_bytes / (gemv_us * 1e3));
       }
-      if (fold && t <= cuda::kGemvMaxTokens) print_fold_timings(gpu, s, t, args, weights, fill, sms, keep);
+      if (fold && t <= cuda::kGemvMaxTokens) {
+        print_fold_timings(gpu, s, t, args, weights, {}, fill, sms, keep);
+        if (fp8) print_fold_timings(gpu, s, t, args, weights, fp8_weights, fill, sms, keep);
+      }
       if (t <= cuda::kGemvMaxTokens) {
         const double gemv_us = graph_time_us(gpu, [&](int i) {
           cuda::GemvArgs a = args;

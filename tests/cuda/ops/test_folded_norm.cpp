@@ -1,10 +1,10 @@
 // An RMSNorm folded into the linears around it (Backend::linear_add_folded_norm and linear_folded_norm_input, or
 // linear_silu_and_mul with an input norm) against the calls it stands for: linear, add_rms_norm, linear. Checked on
-// the same inputs, every token count with a GEMV code path, a hidden size of one CTA's rows up to Qwen3-8B's: the
-// residual bit for bit (the same GEMV sums, added and rounded as add_rms_norm does), the half-normed output bit for bit
-// against residual * weight, the sums of squares against the host's, and the final products within bf16 rounding of
-// both the unfolded GPU calls and the fp32 CPU backend. Outputs are NaN-poisoned. FP8 weights are not folded (measured
-// slower): refused.
+// the same inputs, bf16 and block-scaled FP8 weights, every token count with a GEMV code path, a hidden size of one
+// CTA's rows up to Qwen3-8B's: the residual bit for bit (the same GEMV sums, added and rounded as add_rms_norm does),
+// the half-normed output bit for bit against residual * weight, the fixed-point sums of squares against the host's,
+// the stale sums zeroed, and the final products within bf16 rounding of both the unfolded GPU calls and (bf16) the
+// fp32 CPU backend. Outputs are NaN-poisoned.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -15,10 +15,39 @@
 namespace nanovllm::test {
 namespace {
 
+// A linear's weight as the model holds it: bf16, or FP8 codes with their block scales.
+struct Weight {
+  Tensor weight, block_scale;
+};
+
 class FoldedNormTest : public CudaOpsTest {
  protected:
-  // A bf16 weight [n, k] for x [T, k] . W^T.
-  Tensor make_weight(int n, int k) { return gpu_bf16(random_bf16_values(rng_, int64_t{n} * k, 0.1f), {n, k}); }
+  Weight make_weight(int n, int k, bool fp8) {
+    if (!fp8) return {gpu_bf16(random_bf16_values(rng_, int64_t{n} * k, 0.1f), {n, k}), Tensor()};
+    const int64_t blocks_n = (n + 127) / 128, blocks_k = (k + 127) / 128;
+    return {gpu_raw(random_fp8_codes(rng_, int64_t{n} * k), DType::F8_E4M3, {n, k}),
+            gpu_raw(random_fp8_scales(rng_, blocks_n * blocks_k), DType::F32, {blocks_n, blocks_k})};
+  }
+  void linear(const Tensor& x, const Weight& w, const Tensor& bias, Tensor& out) {
+    if (w.block_scale.empty()) return gpu().linear(x, w.weight, bias, out);
+    gpu().linear_fp8(x, w.weight, w.block_scale, bias, out);
+  }
+  Tensor zero_sums(int64_t rows) {
+    return gpu_raw(std::vector<int64_t>(static_cast<size_t>(rows * gpu().folded_norm_sum_words()), 0), DType::I64,
+                   {rows, gpu().folded_norm_sum_words()});
+  }
+  // A row's sum of squares from its two words (whole part, fraction in units of 2^-40); NaN when flagged.
+  static double decoded_sum(const std::vector<int64_t>& words, int row) {
+    const auto whole = static_cast<uint64_t>(words[2 * static_cast<size_t>(row)]);
+    const auto fraction = static_cast<uint64_t>(words[2 * static_cast<size_t>(row) + 1]);
+    if ((whole >> 63) != 0) return std::nan("");
+    return static_cast<double>(whole) + std::ldexp(static_cast<double>(fraction), -40);
+  }
+  std::vector<int64_t> read_words(const Tensor& t) {
+    std::vector<int64_t> out(static_cast<size_t>(t.numel()));
+    gpu().download(t.data, out.data(), t.bytes());
+    return out;
+  }
 };
 
 float round_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
@@ -28,100 +57,174 @@ TEST_F(FoldedNormTest, MatchesLinearAddRmsNormLinear) {
   struct Shape {
     int hidden, in, out, inter;  // the norm's width, the first linear's K, the second's N, gate_up's I
   };
-  for (const Shape s : {Shape{32, 48, 40, 16}, Shape{1024, 2048, 4096, 3072}, Shape{4096, 4096, 6144, 1536}}) {
-    const Tensor first = make_weight(s.hidden, s.in), second = make_weight(s.out, s.hidden),
-                 gate_up = make_weight(2 * s.inter, s.hidden);
-    const auto norm_values = random_bf16_values(rng_, s.hidden);
-    const Tensor norm_weight = gpu_bf16(norm_values, {s.hidden});
-    const Tensor bias = gpu_bf16(random_bf16_values(rng_, s.out), {s.out});
-    const int64_t pieces_per_row = gpu().folded_norm_pieces(s.hidden);
-    for (const int t : {1, 2, 3, 8, 9, 16}) {
-      const std::string where = "H=" + std::to_string(s.hidden) + " T=" + std::to_string(t);
-      if (!gpu().supports_norm_fold(t, s.hidden, DType::BF16)) {
-        // 16 KiB of pieces: Qwen3-8B's width folds up to 8 rows.
-        EXPECT_TRUE(s.hidden == 4096 && t > 8) << where << ": refused";
-        continue;
-      }
-      const auto x_values = random_bf16_values(rng_, int64_t{t} * s.in);
-      // Row r of the residual scaled by r + 1, so that a product scaled by another row's rms is far off.
-      auto residual_values = random_bf16_values(rng_, int64_t{t} * s.hidden);
-      for (size_t i = 0; i < residual_values.size(); ++i) {
-        const size_t row = i / static_cast<size_t>(s.hidden);
-        residual_values[i] = round_bf16(residual_values[i] * static_cast<float>(row + 1));
-      }
-      const Tensor x = gpu_bf16(x_values, {t, s.in});
+  gpu().reserve_fp8_linear(8192, 8192);
+  ASSERT_EQ(gpu().folded_norm_sum_words(), 2);
+  for (const bool fp8 : {false, true}) {
+    // The last shape's first and second FP8 linears are over 32 M codes: the codes' other conversion (gemv.cu).
+    for (const Shape s : {Shape{32, 48, 40, 16}, Shape{1024, 2048, 4096, 3072}, Shape{4096, 8192, 8192, 1536}}) {
+      if (fp8 && s.hidden < 128) continue;  // FP8 codes: whole 16-code lane chunks of K
+      const Weight first = make_weight(s.hidden, s.in, fp8), second = make_weight(s.out, s.hidden, fp8),
+                   gate_up = make_weight(2 * s.inter, s.hidden, fp8);
+      const auto norm_values = random_bf16_values(rng_, s.hidden);
+      const Tensor norm_weight = gpu_bf16(norm_values, {s.hidden});
+      const Tensor bias = gpu_bf16(random_bf16_values(rng_, s.out), {s.out});
+      for (const int t : {1, 2, 3, 8, 9, 16}) {
+        const std::string where =
+            std::string(fp8 ? "FP8" : "bf16") + " H=" + std::to_string(s.hidden) + " T=" + std::to_string(t);
+        // The kernels take every such call; the backend offers FP8 folds up to 16 Ki elements a step.
+        EXPECT_EQ(gpu().supports_norm_fold(t, s.hidden, fp8 ? DType::F8_E4M3 : DType::BF16),
+                  !fp8 || t * s.hidden <= 16 * 1024)
+            << where;
+        const auto x_values = random_bf16_values(rng_, int64_t{t} * s.in);
+        // Row r of the residual scaled by r + 1, so that a product scaled by another row's rms is far off.
+        auto residual_values = random_bf16_values(rng_, int64_t{t} * s.hidden);
+        for (size_t i = 0; i < residual_values.size(); ++i) {
+          const size_t row = i / static_cast<size_t>(s.hidden);
+          residual_values[i] = round_bf16(residual_values[i] * static_cast<float>(row + 1));
+        }
+        const Tensor x = gpu_bf16(x_values, {t, s.in});
 
-      // Apart: linear, add_rms_norm, then the second linear and gate_up + SiLU.
-      Tensor delta = gpu_empty(DType::BF16, {t, s.hidden}), normed = gpu_empty(DType::BF16, {t, s.hidden});
-      Tensor residual_apart = gpu_bf16(residual_values, {t, s.hidden});
-      Tensor out_apart = gpu_empty(DType::BF16, {t, s.out}), act_apart = gpu_empty(DType::BF16, {t, s.inter});
-      gpu().linear(x, first, Tensor(), delta);
-      gpu().add_rms_norm(delta, residual_apart, norm_weight, eps, normed);
-      gpu().linear(normed, second, bias, out_apart);
-      ASSERT_TRUE(gpu().linear_silu_and_mul(normed, gate_up, Tensor(), {}, act_apart)) << where;
+        // Apart: linear, add_rms_norm, then the second linear and gate_up + SiLU (or gate_up and silu_and_mul).
+        Tensor delta = gpu_empty(DType::BF16, {t, s.hidden}), normed = gpu_empty(DType::BF16, {t, s.hidden});
+        Tensor residual_apart = gpu_bf16(residual_values, {t, s.hidden});
+        Tensor out_apart = gpu_empty(DType::BF16, {t, s.out}), act_apart = gpu_empty(DType::BF16, {t, s.inter});
+        Tensor gate_up_out = gpu_empty(DType::BF16, {t, 2 * s.inter});
+        linear(x, first, Tensor(), delta);
+        gpu().add_rms_norm(delta, residual_apart, norm_weight, eps, normed);
+        linear(normed, second, bias, out_apart);
+        if (!gpu().linear_silu_and_mul(normed, gate_up.weight, gate_up.block_scale, {}, act_apart)) {
+          linear(normed, gate_up, Tensor(), gate_up_out);
+          gpu().silu_and_mul(gate_up_out, act_apart);
+        }
 
-      // Folded.
-      Tensor residual = gpu_bf16(residual_values, {t, s.hidden}), half_normed = gpu_empty(DType::BF16, {t, s.hidden});
-      Tensor pieces = gpu_empty(DType::F32, {t, pieces_per_row});
-      Tensor out = gpu_empty(DType::BF16, {t, s.out}), act = gpu_empty(DType::BF16, {t, s.inter});
-      gpu().linear_add_folded_norm(x, first, Tensor(), residual, norm_weight, pieces, half_normed);
-      const FoldedNormInput input{pieces, eps};
-      gpu().linear_folded_norm_input(half_normed, second, Tensor(), bias, input, out);
-      ASSERT_TRUE(gpu().linear_silu_and_mul(half_normed, gate_up, Tensor(), input, act)) << where;
+        // Folded, with stale sums of garbage to zero.
+        Tensor residual = gpu_bf16(residual_values, {t, s.hidden}), half_normed = gpu_empty(DType::BF16, {t, s.hidden});
+        Tensor sums = zero_sums(t), stale = gpu_empty(DType::I64, {5, 2});
+        Tensor out = gpu_empty(DType::BF16, {t, s.out}), act = gpu_empty(DType::BF16, {t, s.inter});
+        gpu().linear_add_folded_norm(x, first.weight, first.block_scale, residual, norm_weight, sums, stale,
+                                     half_normed);
+        const FoldedNormInput input{sums, eps};
+        gpu().linear_folded_norm_input(half_normed, second.weight, second.block_scale, bias, input, out);
+        if (!gpu().linear_silu_and_mul(half_normed, gate_up.weight, gate_up.block_scale, input, act)) {
+          gpu().linear_folded_norm_input(half_normed, gate_up.weight, gate_up.block_scale, Tensor(), input,
+                                         gate_up_out);
+          gpu().silu_and_mul(gate_up_out, act);
+        }
 
-      ASSERT_EQ(read_gpu_bytes(residual), read_gpu_bytes(residual_apart)) << where << ": residual";
-      const auto h = read_gpu(residual), got_half = read_gpu(half_normed), got_pieces = read_gpu(pieces);
-      for (int r = 0; r < t; ++r) {
-        for (int p = 0; p < pieces_per_row; ++p) {
-          double sum = 0.0;
-          for (int j = 8 * p; j < 8 * p + 8 && j < s.hidden; ++j) {
+        ASSERT_EQ(read_gpu_bytes(residual), read_gpu_bytes(residual_apart)) << where << ": residual";
+        for (const int64_t w : read_words(stale)) ASSERT_EQ(w, 0) << where << ": stale sums not zeroed";
+        const auto h = read_gpu(residual), got_half = read_gpu(half_normed);
+        const auto words = read_words(sums);
+        for (int r = 0; r < t; ++r) {
+          double want = 0.0;
+          for (int j = 0; j < s.hidden; ++j) {
             const float v = h[static_cast<size_t>(r) * s.hidden + j];
-            sum += static_cast<double>(v) * v;
+            want += static_cast<double>(v) * v;
           }
-          const float got = got_pieces[static_cast<size_t>(r) * pieces_per_row + p];
-          ASSERT_NEAR(got, sum, 1e-5 * sum + 1e-30) << where << ": row " << r << " piece " << p;
+          ASSERT_NEAR(decoded_sum(words, r), want, 1e-6 * want) << where << ": row " << r << " sum of squares";
+          for (int j = 0; j < s.hidden; ++j) {
+            const size_t i = static_cast<size_t>(r) * s.hidden + j;
+            ASSERT_EQ(got_half[i], round_bf16(h[i] * norm_values[static_cast<size_t>(j)]))
+                << where << ": residual * weight at row " << r << " column " << j;
+          }
         }
-        for (int j = 0; j < s.hidden; ++j) {
-          const size_t i = static_cast<size_t>(r) * s.hidden + j;
-          ASSERT_EQ(got_half[i], round_bf16(h[i] * norm_values[static_cast<size_t>(j)]))
-              << where << ": residual * weight at row " << r << " column " << j;
-        }
-      }
-      expect_rel_l2(read_gpu(out), read_gpu(out_apart), 1e-2, where + ": second linear against apart");
-      expect_rel_l2(read_gpu(act), read_gpu(act_apart), 1e-2, where + ": gate_up + SiLU against apart");
+        expect_rel_l2(read_gpu(out), read_gpu(out_apart), 1e-2, where + ": second linear against apart");
+        expect_rel_l2(read_gpu(act), read_gpu(act_apart), 1e-2, where + ": gate_up + SiLU against apart");
+        if (fp8) continue;
 
-      // And against the fp32 CPU backend on the bf16 values: rms_norm of the folded residual, then the linear.
-      const auto w_values = read_gpu(second);
-      Tensor cpu_normed = cpu_empty(DType::F32, {t, s.hidden}), want = cpu_empty(DType::F32, {t, s.out});
-      cpu().rms_norm(cpu_f32(h, {t, s.hidden}), cpu_f32(norm_values, {s.hidden}), eps, cpu_normed);
-      cpu().linear(cpu_normed, cpu_f32(w_values, {s.out, s.hidden}), cpu_f32(read_gpu(bias), {s.out}), want);
-      expect_rel_l2(read_gpu(out), read_cpu(want), 1e-2, where + ": second linear against the CPU");
+        // And against the fp32 CPU backend on the bf16 values: rms_norm of the folded residual, then the linear.
+        const auto w_values = read_gpu(second.weight);
+        Tensor cpu_normed = cpu_empty(DType::F32, {t, s.hidden}), want = cpu_empty(DType::F32, {t, s.out});
+        cpu().rms_norm(cpu_f32(h, {t, s.hidden}), cpu_f32(norm_values, {s.hidden}), eps, cpu_normed);
+        cpu().linear(cpu_normed, cpu_f32(w_values, {s.out, s.hidden}), cpu_f32(read_gpu(bias), {s.out}), want);
+        expect_rel_l2(read_gpu(out), read_cpu(want), 1e-2, where + ": second linear against the CPU");
+      }
     }
   }
 }
 
-// Where the fold is not offered: more than 16 rows, pieces over 16 KiB, a width not a multiple of 32, FP8 weights,
-// the CPU. An FP8 call with an input norm is refused without writing (linear_silu_and_mul) or with an error.
-TEST_F(FoldedNormTest, SupportLimits) {
-  gpu().reserve_fp8_linear(64, 64);
-  const Tensor codes = gpu_raw(random_fp8_codes(rng_, 64 * 64), DType::F8_E4M3, {64, 64});
-  const Tensor scales = gpu_raw(random_fp8_scales(rng_, 1), DType::F32, {1, 1});
-  const Tensor x = gpu_bf16(random_bf16_values(rng_, 64), {1, 64});
-  const FoldedNormInput input{gpu_raw(std::vector<float>(8, 1.0f), DType::F32, {1, 8}), 1e-6f};
-  Tensor act = gpu_empty(DType::BF16, {1, 32}), out = gpu_empty(DType::BF16, {1, 64});
-  EXPECT_FALSE(gpu().linear_silu_and_mul(x, codes, scales, input, act));
-  for (const float v : read_gpu(act)) ASSERT_TRUE(std::isnan(v)) << "a refused call wrote its output";
-  EXPECT_THROW(gpu().linear_folded_norm_input(x, codes, scales, Tensor(), input, out), EngineError);
+// Two norms in a row as the decode step folds them, each linear before a norm zeroing the other's sums, over three
+// steps: every step's outputs are the first's bit for bit (sums left over would scale the second step's products).
+TEST_F(FoldedNormTest, EachStepStartsFromZeroedSums) {
+  const int t = 3, hidden = 256;
+  const Weight w1 = make_weight(hidden, hidden, false), w2 = make_weight(hidden, hidden, false);
+  const Tensor norm_weight = gpu_bf16(random_bf16_values(rng_, hidden), {hidden});
+  const auto x_values = random_bf16_values(rng_, int64_t{t} * hidden);
+  const auto residual_values = random_bf16_values(rng_, int64_t{t} * hidden);
+  Tensor slots = zero_sums(2 * t);
+  Tensor slot_a = slots.rows(0, t), slot_b = slots.rows(t, t);
+  std::vector<float> first;
+  for (int step = 0; step < 3; ++step) {
+    const Tensor x = gpu_bf16(x_values, {t, hidden});
+    Tensor residual = gpu_bf16(residual_values, {t, hidden});
+    Tensor half = gpu_empty(DType::BF16, {t, hidden}), mid = gpu_empty(DType::BF16, {t, hidden});
+    Tensor half2 = gpu_empty(DType::BF16, {t, hidden}), out = gpu_empty(DType::BF16, {t, hidden});
+    gpu().linear_add_folded_norm(x, w1.weight, Tensor(), residual, norm_weight, slot_a, slot_b, half);
+    gpu().linear_folded_norm_input(half, w2.weight, Tensor(), Tensor(), {slot_a, 1e-6f}, mid);
+    gpu().linear_add_folded_norm(mid, w1.weight, Tensor(), residual, norm_weight, slot_b, slot_a, half2);
+    gpu().linear_folded_norm_input(half2, w2.weight, Tensor(), Tensor(), {slot_b, 1e-6f}, out);
+    const auto got = read_gpu(out);
+    for (const float v : got) ASSERT_TRUE(std::isfinite(v)) << "step " << step;
+    if (step == 0) {
+      first = got;
+    } else {
+      ASSERT_EQ(got, first) << "step " << step << " differs from the first";
+    }
+  }
+}
 
+// A residual that is not finite makes its row's rms NaN, as in add_rms_norm, and leaves the other rows alone.
+TEST_F(FoldedNormTest, NonFiniteResidualGivesNaNRow) {
+  const int t = 2, hidden = 128;
+  const Weight w1 = make_weight(hidden, hidden, false), w2 = make_weight(64, hidden, false);
+  const Tensor norm_weight = gpu_bf16(random_bf16_values(rng_, hidden), {hidden});
+  auto residual_values = random_bf16_values(rng_, int64_t{t} * hidden);
+  residual_values[hidden + 17] = INFINITY;  // row 1
+  const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * hidden), {t, hidden});
+  Tensor residual = gpu_bf16(residual_values, {t, hidden}), half = gpu_empty(DType::BF16, {t, hidden});
+  Tensor sums = zero_sums(t), out = gpu_empty(DType::BF16, {t, 64});
+  Tensor no_stale;
+  gpu().linear_add_folded_norm(x, w1.weight, Tensor(), residual, norm_weight, sums, no_stale, half);
+  gpu().linear_folded_norm_input(half, w2.weight, Tensor(), Tensor(), {sums, 1e-6f}, out);
+  const auto got = read_gpu(out);
+  for (int j = 0; j < 64; ++j) {
+    EXPECT_TRUE(std::isfinite(got[static_cast<size_t>(j)])) << "row 0 column " << j;
+    EXPECT_TRUE(std::isnan(got[static_cast<size_t>(64 + j)])) << "row 1 column " << j;
+  }
+}
+
+// Where the fold is not offered: more than 16 rows, a width not a multiple of 8 or above the widest, FP8 codes past
+// 16 Ki elements a step, other weight dtypes, the CPU. Sums of the wrong shape or overlapping the stale sums are
+// refused before anything is written.
+TEST_F(FoldedNormTest, SupportLimits) {
   EXPECT_TRUE(gpu().supports_norm_fold(16, 1024, DType::BF16));
   EXPECT_FALSE(gpu().supports_norm_fold(17, 1024, DType::BF16));
   EXPECT_FALSE(gpu().supports_norm_fold(0, 1024, DType::BF16));
-  EXPECT_TRUE(gpu().supports_norm_fold(8, 4096, DType::BF16));
-  EXPECT_FALSE(gpu().supports_norm_fold(9, 4096, DType::BF16));
-  EXPECT_FALSE(gpu().supports_norm_fold(1, 1000, DType::BF16));
-  EXPECT_FALSE(gpu().supports_norm_fold(1, 1024, DType::F8_E4M3));
-  EXPECT_EQ(gpu().folded_norm_pieces(1024), 128);
+  EXPECT_TRUE(gpu().supports_norm_fold(16, 4096, DType::BF16));
+  EXPECT_TRUE(gpu().supports_norm_fold(16, 1024, DType::F8_E4M3));
+  EXPECT_TRUE(gpu().supports_norm_fold(4, 4096, DType::F8_E4M3));
+  EXPECT_FALSE(gpu().supports_norm_fold(5, 4096, DType::F8_E4M3));
+  EXPECT_TRUE(gpu().supports_norm_fold(1, 16384, DType::BF16));
+  EXPECT_FALSE(gpu().supports_norm_fold(1, 16392, DType::BF16));
+  EXPECT_FALSE(gpu().supports_norm_fold(1, 1004, DType::BF16));
+  EXPECT_FALSE(gpu().supports_norm_fold(1, 1024, DType::F16));
   EXPECT_FALSE(cpu().supports_norm_fold(1, 1024, DType::F32));
+
+  const int hidden = 64;
+  const Weight w = make_weight(hidden, hidden, false);
+  const Tensor norm_weight = gpu_bf16(random_bf16_values(rng_, hidden), {hidden});
+  const Tensor x = gpu_bf16(random_bf16_values(rng_, 2 * hidden), {2, hidden});
+  Tensor residual = gpu_bf16(random_bf16_values(rng_, 2 * hidden), {2, hidden});
+  Tensor out = gpu_empty(DType::BF16, {2, hidden});
+  Tensor slots = zero_sums(4), no_stale;
+  Tensor one_row = slots.rows(0, 1), two_rows = slots.rows(0, 2), overlapping = slots.rows(1, 2);
+  EXPECT_THROW(gpu().linear_add_folded_norm(x, w.weight, Tensor(), residual, norm_weight, one_row, no_stale, out),
+               EngineError);
+  EXPECT_THROW(gpu().linear_add_folded_norm(x, w.weight, Tensor(), residual, norm_weight, two_rows, overlapping, out),
+               EngineError);
+  EXPECT_THROW(gpu().linear_folded_norm_input(x, w.weight, Tensor(), Tensor(), {one_row, 1e-6f}, out), EngineError);
+  for (const float v : read_gpu(out)) ASSERT_TRUE(std::isnan(v)) << "a refused call wrote its output";
+  for (const int64_t v : read_words(slots)) ASSERT_EQ(v, 0) << "a refused call wrote the sums";
 }
 
 }  // namespace
