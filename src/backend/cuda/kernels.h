@@ -24,7 +24,9 @@ void launch_add_rms_norm(const __nv_bfloat16* x, __nv_bfloat16* residual, const 
                          __nv_bfloat16* out, int rows, int hidden, cudaStream_t stream);
 
 // rope_kv.cu: per-head RMSNorm (q_norm / k_norm may be null) + NeoX RoPE of q and k, q to q_out, k and v
-// to cache slot slot_mapping[t] (-1 = skip). head_dim in {64, 128, 256}.
+// to cache slot slot_mapping[t] (-1 = skip). head_dim in {64, 128, 256}. positions and slot_mapping are read
+// before the stream's previous kernel has completed (programmatic launch): they must be written by a copy or by a
+// kernel that does not let its dependents start early.
 struct QkNormRopeCacheArgs {
   const __nv_bfloat16* qkv = nullptr;     // [T, (nh + 2 nkv) d]
   const __nv_bfloat16* q_norm = nullptr;  // [d] or null

@@ -18,7 +18,7 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(const QkNormRopeCacheArgs a) {
   constexpr int kLanes = kHeadDim / 8;  // lanes per (token, head)
   constexpr int kHalfLanes = kLanes / 2;
-  start_after_previous_grid();
+  allow_next_grid();
   const int heads_total = a.num_heads + 2 * a.num_kv_heads;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (kThreads / kLanes) + threadIdx.x / kLanes;
   const bool valid = item < static_cast<int64_t>(a.num_tokens) * heads_total;
@@ -28,6 +28,27 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(const QkNo
   const int h = valid ? static_cast<int>(item % heads_total) : 0;
   const bool is_q = h < a.num_heads;
   const bool is_v = h >= a.num_heads + a.num_kv_heads;
+  const bool first_half = lane < kHalfLanes;
+
+  // Before the wait: the norm weights and rotation table (constant) and the step's positions and cache slots
+  // (written by a copy before the step), so that after it the chain is the qkv load alone.
+  const __nv_bfloat16* norm_weight = is_q ? a.q_norm : (is_v ? nullptr : a.k_norm);
+  float w[8] = {}, cs[8] = {}, sn[8] = {};
+  if (valid && norm_weight != nullptr) to_float8(load_bf16x8(norm_weight + col), w);
+  if (valid && !is_v) {
+    const int freq = first_half ? col : col - kHeadDim / 2;
+    const float* rope_row = a.rope + static_cast<int64_t>(a.positions[t]) * kHeadDim;
+    const float4 c0 = *reinterpret_cast<const float4*>(rope_row + freq);
+    const float4 c1 = *reinterpret_cast<const float4*>(rope_row + freq + 4);
+    const float4 s0 = *reinterpret_cast<const float4*>(rope_row + kHeadDim / 2 + freq);
+    const float4 s1 = *reinterpret_cast<const float4*>(rope_row + kHeadDim / 2 + freq + 4);
+    const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) cs[j] = c[j], sn[j] = s[j];
+  }
+  const int slot = valid && !is_q ? a.slot_mapping[t] : -1;
+  wait_for_previous_grid();
 
   float x[8] = {};
   if (valid) to_float8(load_bf16x8(a.qkv + (static_cast<int64_t>(t) * heads_total + h) * kHeadDim + col), x);
@@ -38,11 +59,8 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(const QkNo
   for (int j = 0; j < 8; ++j) sum_sq += x[j] * x[j];
 #pragma unroll
   for (int offset = kHalfLanes; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
-  const __nv_bfloat16* norm_weight = is_q ? a.q_norm : (is_v ? nullptr : a.k_norm);
   if (valid && norm_weight != nullptr) {
     const float inv_rms = rsqrtf(sum_sq / kHeadDim + a.eps);
-    float w[8];
-    to_float8(load_bf16x8(norm_weight + col), w);
 #pragma unroll
     for (int j = 0; j < 8; ++j) x[j] = x[j] * inv_rms * w[j];
   }
@@ -52,15 +70,6 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(const QkNo
 #pragma unroll
   for (int j = 0; j < 8; ++j) partner[j] = __shfl_xor_sync(0xffffffffu, x[j], kHalfLanes);
   if (valid && !is_v) {
-    const bool first_half = lane < kHalfLanes;
-    const int freq = first_half ? col : col - kHeadDim / 2;
-    const float* rope_row = a.rope + static_cast<int64_t>(a.positions[t]) * kHeadDim;
-    const float4 c0 = *reinterpret_cast<const float4*>(rope_row + freq);
-    const float4 c1 = *reinterpret_cast<const float4*>(rope_row + freq + 4);
-    const float4 s0 = *reinterpret_cast<const float4*>(rope_row + kHeadDim / 2 + freq);
-    const float4 s1 = *reinterpret_cast<const float4*>(rope_row + kHeadDim / 2 + freq + 4);
-    const float cs[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-    const float sn[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       x[j] = first_half ? x[j] * cs[j] - partner[j] * sn[j] : x[j] * cs[j] + partner[j] * sn[j];
@@ -72,7 +81,6 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(const QkNo
     store_bf16x8(a.q_out + (static_cast<int64_t>(t) * a.num_heads + h) * kHeadDim + col, result);
     return;
   }
-  const int slot = a.slot_mapping[t];
   if (slot < 0) return;
   const int kv_head = is_v ? h - a.num_heads - a.num_kv_heads : h - a.num_heads;
   const int64_t at = (static_cast<int64_t>(slot) * a.num_kv_heads + kv_head) * kHeadDim + col;
