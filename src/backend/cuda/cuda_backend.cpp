@@ -685,15 +685,9 @@ bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, con
   return true;
 }
 
-// FP8 codes stream in half the time, beside which a folded call's own costs weigh more: folded, Qwen3-0.6B (rows of
-// 1,024) measured 6-11% faster at batch 1 to 16, Qwen3-8B (rows of 4,096) within 1% at batch 1 and 4 and 3% slower
-// at 16 (H100, results.md R107). So FP8 folds up to kFp8FoldedNormElements a step.
 bool CudaBackend::supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype) const {
-  constexpr int64_t kFp8FoldedNormElements = 16 * 1024;
-  const bool dtype_ok =
-      weight_dtype == DType::BF16 || (weight_dtype == DType::F8_E4M3 && tokens * hidden <= kFp8FoldedNormElements);
-  return dtype_ok && tokens >= 1 && tokens <= cuda::kGemvMaxTokens && hidden % 8 == 0 && hidden >= 8 &&
-         hidden <= cuda::kGemvMaxNormWidth;
+  return (weight_dtype == DType::BF16 || weight_dtype == DType::F8_E4M3) && tokens >= 1 &&
+         tokens <= cuda::kGemvMaxTokens && hidden % 8 == 0 && hidden >= 8 && hidden <= cuda::kGemvMaxNormWidth;
 }
 
 int64_t CudaBackend::folded_norm_sum_words() const {

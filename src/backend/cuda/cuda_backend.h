@@ -92,7 +92,7 @@ class CudaBackend final : public Backend {
   void silu_and_mul(const Tensor& gate_up, Tensor& out) override;
   bool linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
                            const FoldedNormInput& input_norm, Tensor& out) override;
-  // The GEMV's folded norm: up to 16 rows of at most cuda::kGemvMaxNormWidth, bf16 weights or (fewer) FP8 codes.
+  // The GEMV's folded norm: bf16 or FP8 weights, up to 16 rows of at most cuda::kGemvMaxNormWidth.
   bool supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype) const override;
   int64_t folded_norm_sum_words() const override;
   void linear_add_folded_norm(const Tensor& x, const Tensor& weight, const Tensor& block_scale, Tensor& residual,

@@ -126,10 +126,10 @@ __device__ __forceinline__ void copy_16_async_if(void* dst_shared, const void* s
       : "memory");
 }
 
-__device__ __forceinline__ float norm_sum_value(const GemvNormSum& sum) {
-  if ((sum.whole & kNormSumNotFinite) != 0) return __int_as_float(0x7fffffff);  // NaN
-  return static_cast<float>(static_cast<double>(sum.whole) +
-                            static_cast<double>(sum.fraction) / static_cast<double>(kNormSumFractionUnits));
+__device__ __forceinline__ float norm_sum_value(unsigned long long whole, unsigned long long fraction) {
+  if ((whole & kNormSumNotFinite) != 0) return __int_as_float(0x7fffffff);  // NaN
+  return static_cast<float>(static_cast<double>(whole) +
+                            static_cast<double>(fraction) / static_cast<double>(kNormSumFractionUnits));
 }
 
 __device__ __forceinline__ float round_to_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -162,14 +162,14 @@ constexpr int max_registers(int token_halves, bool fp8, NormFold fold) {
 // output never goes to memory. A CTA's first 4 kRowGroups weight rows are gate rows [out0, out0 + 4 kRowGroups),
 // the rest the up rows of the same outputs: every row keeps its place in the k-split and its sums, and n % (4
 // kRowGroups) == 0 keeps each half inside one 128-row FP8 scale block.
-// kNorm: kScaleByInputRms copies the input norm's sums of squares (16 bytes a token) to shared memory right after
-// the wait (they land while the weights stream; thread t copies and later reads token t's, so no barrier is added)
-// and multiplies each product by its token's 1 / rms in the epilogue; kAddResidual copies the CTA's residual rows
-// and norm weights to shared memory right after the wait, adds each output to the residual, writes residual *
-// norm_weight, and adds the squares of every 8-row group (a C fragment's rows: lanes that differ in bits 0, 2 and
-// 3, summed by shuffles) to the token's sum (GemvNormSum); its CTA 0 zeroes the stale sums. Every CTA pays what a
-// fold adds, and a grid of many waves pays it once a wave, so the epilogue starts no load: what it reads was
-// copied while the weights streamed.
+// kNorm: kScaleByInputRms copies the input norm's sums of squares (two words a token) to shared memory right after
+// the wait (they land while the weights stream; lanes of the first warp copy them and its thread t reads token t's
+// after a __syncwarp, so no CTA barrier is added) and multiplies each product by its token's 1 / rms in the
+// epilogue; kAddResidual copies the CTA's residual rows and norm weights to shared memory right after the wait,
+// adds each output to the residual, writes residual * norm_weight, and adds the squares of every 8-row group (a C
+// fragment's rows: lanes that differ in bits 0, 2 and 3, summed by shuffles) to the token's sum (GemvNormSum); its
+// CTA 0 zeroes the stale sums. Every CTA pays what a fold adds, and a grid of many waves pays it once a wave, so
+// the epilogue starts no load: what it reads was copied while the weights streamed.
 template <int kTokenHalves, int kRowGroups, typename OutT, bool kFp8 = false, bool kIntegerCodes = false,
           bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(kTokenHalves, kFp8, kNorm))
@@ -188,7 +188,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
   // 3.53 us as placed by the compiler, 4.04 loaded with the weights).
   constexpr bool kEarlyScales = kFp8 && kNorm != NormFold::kNone;
   __shared__ float4 partial[kMaxWarps][kRowGroups][32];
-  __shared__ GemvNormSum input_sums[kNorm == NormFold::kScaleByInputRms ? kTokenHalves * 8 : 1];
+  // kScaleByInputRms: the first 16 bytes of each word's line, whole then fraction, a token after another.
+  __shared__ ulonglong2 input_sums[kNorm == NormFold::kScaleByInputRms ? kTokenHalves * 8 * 2 : 1];
   __shared__ float inv_rms[kTokenHalves * 8];
   constexpr int kCtaRows = kRowsPerGroup * kRowGroups;
   __shared__ alignas(16) __nv_bfloat16 residual_rows[kNorm == NormFold::kAddResidual ? kTokenHalves * 8 : 1][kCtaRows];
@@ -254,8 +255,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
     // predicated rather than branched around (FP8 codes measured faster so: Qwen3-0.6B's o_proj at T = 1 0.16 us).
     if (round == 0) {
       if constexpr (kNorm == NormFold::kScaleByInputRms) {
-        copy_16_async_if(&input_sums[lane % (kTokenHalves * 8)], norm.input_sum_squares + min(lane, tokens - 1),
-                         warp == 0 && lane < tokens);
+        const GemvNormSum& sum = norm.input_sum_squares[min(lane / 2, tokens - 1)];
+        copy_16_async_if(&input_sums[lane % (kTokenHalves * 8 * 2)], lane % 2 == 0 ? &sum.whole : &sum.fraction,
+                         warp == 0 && lane < 2 * tokens);
         attention_detail::cp_async_commit();
       }
       if constexpr (kNorm == NormFold::kAddResidual) {
@@ -328,13 +330,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
   for (int r = 0; r < kRowGroups; ++r) partial[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
   if constexpr (kNorm == NormFold::kAddResidual) {
     if (blockIdx.x == 0)
-      for (int i = threadIdx.x; i < norm.stale_sum_count; i += blockDim.x) norm.stale_sums[i] = GemvNormSum{0, 0};
+      for (int i = threadIdx.x; i < 2 * norm.stale_sum_count; i += blockDim.x)
+        (i % 2 == 0 ? norm.stale_sums[i / 2].whole : norm.stale_sums[i / 2].fraction) = 0;
   }
   if constexpr (kNorm != NormFold::kNone) attention_detail::cp_async_wait<0>();
   if constexpr (kNorm == NormFold::kScaleByInputRms) {
-    // The thread that copied the token's sum; the barrier below publishes inv_rms.
+    // Thread t takes the words lanes 2t and 2t + 1 of its warp (the first) copied, visible once every lane has
+    // waited for its copies; the barrier below publishes inv_rms.
+    __syncwarp();
     if (threadIdx.x < tokens)
-      inv_rms[threadIdx.x] = rsqrtf(norm_sum_value(input_sums[threadIdx.x]) / static_cast<float>(k) + norm.eps);
+      inv_rms[threadIdx.x] = rsqrtf(norm_sum_value(input_sums[2 * threadIdx.x].x, input_sums[2 * threadIdx.x + 1].x) /
+                                        static_cast<float>(k) +
+                                    norm.eps);
   }
   __syncthreads();
   const auto input_scale = [&](int token) { return kNorm == NormFold::kScaleByInputRms ? inv_rms[token] : 1.0f; };

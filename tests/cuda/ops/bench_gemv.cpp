@@ -82,7 +82,8 @@ void print_fold_timings(CudaBackend& gpu, const Shape& s, int t, const cuda::Gem
                         std::vector<Buffer>& keep) {
   // Sums of squares of 1 a row (the previous call's, and the stale ones after them), a residual and norm weights:
   // the fold's operands.
-  std::vector<cuda::GemvNormSum> host_sums(2 * cuda::kGemvMaxTokens, cuda::GemvNormSum{1, 0});
+  std::vector<cuda::GemvNormSum> host_sums(2 * cuda::kGemvMaxTokens);
+  for (cuda::GemvNormSum& sum : host_sums) sum.whole = 1;
   keep.push_back(gpu.allocate(host_sums.size() * sizeof(cuda::GemvNormSum)));
   auto* sums = static_cast<cuda::GemvNormSum*>(keep.back().data());
   gpu.upload(host_sums.data(), sums, keep.back().bytes());
