@@ -290,12 +290,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
       const int step = round + warp * kUnroll + u;
       const bool scaled = kFp8 && step * kStep < k;
       const float factor = kIntegerCodes ? kScaledBf16Factor : 1.0f;
-      const float* scale_at = scale_row + step * kStep / kFp8Block;
-      const float* up_scale_at = up_scale_row + step * kStep / kFp8Block;
-      const float scale = kEarlyScales ? scales[u] * factor : scaled ? __ldg(scale_at) * factor : 0.0f;
+      const int block = step * kStep / kFp8Block;  // the step's block scale (0 past k: its loads were zeros)
+      const float scale = kEarlyScales ? scales[u] * factor : scaled ? __ldg(scale_row + block) * factor : 0.0f;
       const float up_scale = !kSwiglu       ? 0.0f
                              : kEarlyScales ? up_scales[u] * factor
-                             : scaled       ? __ldg(up_scale_at) * factor
+                             : scaled       ? __ldg(up_scale_row + block) * factor
                                             : 0.0f;
 #pragma unroll
       for (int r = 0; r < kRowGroups; ++r) {
