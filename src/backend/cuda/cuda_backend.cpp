@@ -696,9 +696,11 @@ int64_t CudaBackend::folded_norm_sum_words() const {
 
 void CudaBackend::require_norm_sums(const Tensor& sums, int64_t rows, const char* op, const char* what) const {
   require_dtype(sums, DType::I64, op, what);
-  require(sums.numel() == rows * folded_norm_sum_words() && aligned16(sums.data), op,
+  require(sums.numel() == rows * folded_norm_sum_words(), op,
           std::string(what) + " " + sums.shape_string() + " must be [" + std::to_string(rows) + ", " +
-              std::to_string(folded_norm_sum_words()) + "], 16-byte aligned");
+              std::to_string(folded_norm_sum_words()) + "]");
+  require(reinterpret_cast<uintptr_t>(sums.data) % alignof(cuda::GemvNormSum) == 0, op,
+          std::string(what) + " must be " + std::to_string(alignof(cuda::GemvNormSum)) + "-byte aligned");
 }
 
 void CudaBackend::linear_add_folded_norm(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
@@ -716,14 +718,11 @@ void CudaBackend::linear_add_folded_norm(const Tensor& x, const Tensor& weight, 
   require_norm_sums(sums, gemv.tokens, op, "sums");
   const int64_t words = folded_norm_sum_words();
   if (!stale_sums.empty()) {
-    require_dtype(stale_sums, DType::I64, op, "stale_sums");
+    require_norm_sums(stale_sums, stale_sums.numel() / words, op, "stale_sums");  // whole rows
     const auto* stale = static_cast<const char*>(stale_sums.data);
     const auto* added = static_cast<const char*>(sums.data);
-    require(stale_sums.numel() % words == 0 && aligned16(stale_sums.data) &&
-                (stale + stale_sums.bytes() <= added || added + sums.bytes() <= stale),
-            op,
-            "stale_sums " + stale_sums.shape_string() + " must be whole rows of " + std::to_string(words) +
-                " words, 16-byte aligned, apart from sums");
+    require(stale + stale_sums.bytes() <= added || added + sums.bytes() <= stale, op,
+            "stale_sums " + stale_sums.shape_string() + " overlaps sums " + sums.shape_string());
   }
   gemv.residual = bf16_mut(residual);
   gemv.norm_weight = bf16(norm_weight);

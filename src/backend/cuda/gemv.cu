@@ -118,6 +118,7 @@ __device__ __forceinline__ void add_norm_sum_piece(GemvNormSum* sum, float squar
 }
 
 // 16 bytes from global to shared memory (cp.async) where `copy`, else nothing: the predicate inside the asm.
+// (attention_detail::cp_async_16 with 0 source bytes would zero-fill the destination, which another lane copies.)
 __device__ __forceinline__ void copy_16_async_if(void* dst_shared, const void* src, bool copy) {
   asm volatile(
       "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\t@p cp.async.cg.shared.global [%0], [%1], 16;\n\t}\n" ::"r"(
@@ -478,6 +479,8 @@ void launch_with_out(const GemvArgs& a, int row_groups, int sm_count, cudaStream
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// GemvNormSum pointers, null included, at the type's alignment (a line a word).
+bool norm_sums_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % alignof(GemvNormSum) == 0; }
 
 }  // namespace
 
@@ -501,14 +504,14 @@ bool gemv_supports(const GemvArgs& a) {
     return a.stale_sum_count == 0 ||
            (stale != nullptr && (stale + a.stale_sum_count <= sums || sums + a.tokens <= stale));
   };
-  const bool norm_ok =
-      fold == NormFold::kNone ||
-      (a.out_dtype == DType::BF16 &&
-       (fold == NormFold::kAddResidual
-            ? a.input_sum_squares == nullptr && !a.swiglu && a.bias == nullptr && a.n % 8 == 0 &&
-                  a.n <= kGemvMaxNormWidth && aligned16(a.residual) && aligned16(a.norm_weight) &&
-                  aligned16(a.sum_squares) && a.sum_squares != nullptr && a.stale_sum_count >= 0 && stale_apart()
-            : aligned16(a.input_sum_squares)));
+  const bool norm_ok = fold == NormFold::kNone ||
+                       (a.out_dtype == DType::BF16 &&
+                        (fold == NormFold::kAddResidual
+                             ? a.input_sum_squares == nullptr && !a.swiglu && a.bias == nullptr && a.n % 8 == 0 &&
+                                   a.n <= kGemvMaxNormWidth && aligned16(a.residual) && aligned16(a.norm_weight) &&
+                                   a.sum_squares != nullptr && norm_sums_aligned(a.sum_squares) &&
+                                   norm_sums_aligned(a.stale_sums) && a.stale_sum_count >= 0 && stale_apart()
+                             : norm_sums_aligned(a.input_sum_squares)));
   return a.tokens >= 1 && a.tokens <= kGemvMaxTokens && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.x != nullptr &&
          weight_ok && a.out != nullptr && aligned16(a.x) && (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32) &&
          swiglu_ok && norm_ok;
@@ -523,9 +526,10 @@ void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
         (a.swiglu ? "; fused SiLU: n % 16 == 0, no bias, BF16 out, FP8 codes under 32 M elements" : "") +
         (norm_fold_of(a) == NormFold::kAddResidual
              ? "; residual add: BF16 out, no bias, no SiLU, n % 8 == 0, n <= " + std::to_string(kGemvMaxNormWidth) +
-                   ", aligned residual and norm weight, stale sums apart from the sums"
-         : norm_fold_of(a) == NormFold::kScaleByInputRms ? std::string("; scaled by the input's rms: BF16 out")
-                                                         : std::string()) +
+                   ", aligned residual, norm weight and sums, stale sums apart from the sums"
+         : norm_fold_of(a) == NormFold::kScaleByInputRms
+             ? std::string("; scaled by the input's rms: BF16 out, aligned sums")
+             : std::string()) +
         ")");
   }
   sm_count = std::max(sm_count, 1);

@@ -58,7 +58,7 @@ struct GemvArgs {
   //   after the previous kernel has completed). BF16 out, no bias, no swiglu, n % 8 == 0, n <= kGemvMaxNormWidth.
   // - The call after it (input_sum_squares set): x is such an out and input_sum_squares [tokens] that call's sums;
   //   each product is multiplied by 1 / rms = rsqrt(sum / k + eps) before the bias (or the SiLU) is applied. BF16
-  //   out.
+  //   out. Every GemvNormSum pointer is at the type's alignment.
   __nv_bfloat16* residual = nullptr;
   const __nv_bfloat16* norm_weight = nullptr;
   GemvNormSum* sum_squares = nullptr;

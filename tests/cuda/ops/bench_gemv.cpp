@@ -74,7 +74,8 @@ bool step_call(const Shape& s, cuda::GemvArgs& a, bool fold, cuda::GemvNormSum* 
   return cuda::gemv_supports(a);
 }
 
-// The projection's GEMV plain and folded, one line: on bf16 weights, or (fp8_weights not empty) on FP8 codes.
+// The projection's GEMV plain and folded, one line each for bf16 weights and (when there are any) FP8 codes, on the
+// same fold operands.
 template <class Fill>
 void print_fold_timings(CudaBackend& gpu, const Shape& s, int t, const cuda::GemvArgs& args,
                         const std::vector<const __nv_bfloat16*>& weights,
@@ -89,31 +90,34 @@ void print_fold_timings(CudaBackend& gpu, const Shape& s, int t, const cuda::Gem
   gpu.upload(host_sums.data(), sums, keep.back().bytes());
   __nv_bfloat16* residual = fill(int64_t{t} * s.n);
   const __nv_bfloat16* norm_weight = fill(s.n);
-  cuda::GemvArgs calls[2] = {args, args};
-  if (!fp8_weights.empty()) {
-    for (cuda::GemvArgs& a : calls) {
-      a.weight = nullptr;
-      a.weight_fp8 = fp8_weights[0].first;
-      a.block_scale = fp8_weights[0].second;
-    }
-  }
-  for (const bool folded : {false, true})
-    if (!step_call(s, calls[folded], folded, sums, residual, norm_weight)) return;  // e.g. the lm_head
-  double us[2] = {0.0, 0.0};
-  for (const bool folded : {false, true}) {
-    us[folded] = graph_time_us(gpu, [&](int i) {
-      cuda::GemvArgs a = calls[folded];
-      if (fp8_weights.empty()) {
-        a.weight = weights[i % weights.size()];
-      } else {
-        a.weight_fp8 = fp8_weights[i % fp8_weights.size()].first;
-        a.block_scale = fp8_weights[i % fp8_weights.size()].second;
+  for (const bool fp8 : {false, true}) {
+    if (fp8 && fp8_weights.empty()) continue;
+    cuda::GemvArgs calls[2] = {args, args};
+    if (fp8) {
+      for (cuda::GemvArgs& a : calls) {
+        a.weight = nullptr;
+        a.weight_fp8 = fp8_weights[0].first;
+        a.block_scale = fp8_weights[0].second;
       }
-      cuda::launch_gemv(a, sms, gpu.stream());
-    });
+    }
+    for (const bool folded : {false, true})
+      if (!step_call(s, calls[folded], folded, sums, residual, norm_weight)) return;  // e.g. the lm_head
+    double us[2] = {0.0, 0.0};
+    for (const bool folded : {false, true}) {
+      us[folded] = graph_time_us(gpu, [&](int i) {
+        cuda::GemvArgs a = calls[folded];
+        if (fp8) {
+          a.weight_fp8 = fp8_weights[i % fp8_weights.size()].first;
+          a.block_scale = fp8_weights[i % fp8_weights.size()].second;
+        } else {
+          a.weight = weights[i % weights.size()];
+        }
+        cuda::launch_gemv(a, sms, gpu.stream());
+      });
+    }
+    std::printf("%-8s %4d  fold %s: %.2f -> %.2f us (%+.2f)\n", s.name, t, fp8 ? "FP8" : "bf16", us[0], us[1],
+                us[1] - us[0]);
   }
-  std::printf("%-8s %4d  fold %s: %.2f -> %.2f us (%+.2f)\n", s.name, t, fp8_weights.empty() ? "bf16" : "FP8", us[0],
-              us[1], us[1] - us[0]);
 }
 
 void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
@@ -186,10 +190,7 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
         std::printf("%-8s %4d  %10.2f %10.2f %9.0f  (FP8 codes)\n", s.name, t, fp8_bytes / (read_gbs * 1e3), gemv_us,
                     fp8_bytes / (gemv_us * 1e3));
       }
-      if (fold && t <= cuda::kGemvMaxTokens) {
-        print_fold_timings(gpu, s, t, args, weights, {}, fill, sms, keep);
-        if (fp8) print_fold_timings(gpu, s, t, args, weights, fp8_weights, fill, sms, keep);
-      }
+      if (fold && t <= cuda::kGemvMaxTokens) print_fold_timings(gpu, s, t, args, weights, fp8_weights, fill, sms, keep);
       if (t <= cuda::kGemvMaxTokens) {
         const double gemv_us = graph_time_us(gpu, [&](int i) {
           cuda::GemvArgs a = args;

@@ -195,7 +195,8 @@ TEST_F(FoldedNormTest, NonFiniteResidualGivesNaNRow) {
 }
 
 // Where the fold is not offered: more than 16 rows, a width not a multiple of 8 or above the widest, other weight
-// dtypes, the CPU. Sums of the wrong shape or overlapping the stale sums are refused before anything is written.
+// dtypes, the CPU. Sums of the wrong shape, misaligned or overlapping the stale sums are refused before anything is
+// written.
 TEST_F(FoldedNormTest, SupportLimits) {
   EXPECT_TRUE(gpu().supports_norm_fold(16, 1024, DType::BF16));
   EXPECT_FALSE(gpu().supports_norm_fold(17, 1024, DType::BF16));
@@ -220,6 +221,9 @@ TEST_F(FoldedNormTest, SupportLimits) {
   EXPECT_THROW(gpu().linear_add_folded_norm(x, w.weight, Tensor(), residual, norm_weight, one_row, no_stale, out),
                EngineError);
   EXPECT_THROW(gpu().linear_add_folded_norm(x, w.weight, Tensor(), residual, norm_weight, two_rows, overlapping, out),
+               EngineError);
+  Tensor misaligned(static_cast<char*>(slots.data) + 16, DType::I64, {2, gpu().folded_norm_sum_words()});
+  EXPECT_THROW(gpu().linear_add_folded_norm(x, w.weight, Tensor(), residual, norm_weight, misaligned, no_stale, out),
                EngineError);
   EXPECT_THROW(gpu().linear_folded_norm_input(x, w.weight, Tensor(), Tensor(), {one_row, 1e-6f}, out), EngineError);
   for (const float v : read_gpu(out)) ASSERT_TRUE(std::isnan(v)) << "a refused call wrote its output";
