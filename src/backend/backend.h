@@ -209,10 +209,11 @@ class Backend {
   // (linear_folded_norm_input, or linear_silu_and_mul with input_norm) multiplies its products by each row's
   // 1 / rms. The same math, rounded differently (the products multiply bf16(residual * norm_weight), not
   // bf16(residual / rms * norm_weight)). Whether this backend does it for T rows of width H between linears whose
-  // weights are weight_dtype (compute_dtype(), or F8_E4M3 for Qwen's block-scaled FP8); true for T implies true for
-  // fewer rows:
-  virtual bool supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype) const {
-    (void)tokens, (void)hidden, (void)weight_dtype;
+  // weights are weight_dtype (compute_dtype(), or F8_E4M3 for Qwen's block-scaled FP8), the largest of them (the
+  // fused gate_up counted whole) of largest_weight_elements; true for T implies true for fewer rows:
+  virtual bool supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype,
+                                  int64_t largest_weight_elements) const {
+    (void)tokens, (void)hidden, (void)weight_dtype, (void)largest_weight_elements;
     return false;
   }
   // I64 words a row's sum of squares takes (the width of FoldedNormInput::sums).

@@ -226,8 +226,12 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
            !L.down_proj.block_scale.empty();
   });
   const DType linear_dtype = fp8_linears ? DType::F8_E4M3 : act;
+  int64_t largest_linear = 0;
+  for (const Layer& L : layers_)
+    for (const LinearWeight* w : {&L.qkv, &L.o_proj, &L.gate_up, &L.down_proj})
+      largest_linear = std::max(largest_linear, w->weight.numel());
   while (!shard.sharded() && layers_.size() >= 2 && folded_norm_rows_ < T &&
-         backend.supports_norm_fold(folded_norm_rows_ + 1, H, linear_dtype))
+         backend.supports_norm_fold(folded_norm_rows_ + 1, H, linear_dtype, largest_linear))
     ++folded_norm_rows_;
   if (folded_norm_rows_ > 0) {
     const int64_t folded_norms = 2 * static_cast<int64_t>(layers_.size()) - 1, words = backend.folded_norm_sum_words();

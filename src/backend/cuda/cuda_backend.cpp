@@ -378,7 +378,7 @@ void CudaBackend::tune_linear(const Tensor& weight, DType out_dtype) {
   require(weight.ndim == 2, "tune_linear", "weight must be [N, K], not " + weight.shape_string());
   require(out_dtype == DType::BF16 || out_dtype == DType::F32, "tune_linear", "out_dtype must be BF16 or F32");
   if (weight.bytes() < 2 * static_cast<size_t>(props_.l2CacheSize)) return;
-  const int64_t n = weight.dim(0), k = weight.dim(1), rows = cuda::kGemvMaxTokens;
+  const int64_t n = weight.dim(0), k = weight.dim(1), rows = cuda::kGemvMaxTokensAnyWeight;
   Buffer x = allocate(static_cast<size_t>(rows * k) * sizeof(__nv_bfloat16));
   Buffer out = allocate(static_cast<size_t>(rows * n) * dtype_size(out_dtype));
   NANOVLLM_CUDA_CHECK(cudaMemsetAsync(x.data(), 0, x.bytes(), stream_));
@@ -685,9 +685,13 @@ bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, con
   return true;
 }
 
-bool CudaBackend::supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype) const {
-  return (weight_dtype == DType::BF16 || weight_dtype == DType::F8_E4M3) && tokens >= 1 &&
-         tokens <= cuda::kGemvMaxTokens && hidden % 8 == 0 && hidden >= 8 && hidden <= cuda::kGemvMaxNormWidth;
+bool CudaBackend::supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype,
+                                     int64_t largest_weight_elements) const {
+  // The GEMV's row limits (gemv.h): every linear around the norms must take the rows.
+  const bool wide = weight_dtype == DType::BF16 && largest_weight_elements < cuda::kGemvMaxWideWeight;
+  const int64_t max_tokens = wide ? cuda::kGemvMaxTokens : cuda::kGemvMaxTokensAnyWeight;
+  return (weight_dtype == DType::BF16 || weight_dtype == DType::F8_E4M3) && tokens >= 1 && tokens <= max_tokens &&
+         hidden % 8 == 0 && hidden >= 8 && hidden <= cuda::kGemvMaxNormWidth;
 }
 
 int64_t CudaBackend::folded_norm_sum_words() const {

@@ -78,7 +78,7 @@ class CudaBackend final : public Backend {
                   Tensor& out) override;
   bool supports_fp8_weights() const override { return true; }
   void reserve_fp8_linear(int64_t n, int64_t k) override;
-  // Weights of at least twice the L2 cache: the GEMV against cuBLASLt at 1-16 rows (Gemm::measure_small_row_paths);
+  // Weights of at least twice the L2 cache: the GEMV against cuBLASLt at 1-32 rows (Gemm::measure_small_row_paths);
   // a smaller weight would be timed from the L2 cache, not as a decode step reads it.
   void tune_linear(const Tensor& weight, DType out_dtype) override;
   // Scales whose rows cuBLASLt wants padded (ceil(K / 128) % 4 != 0) get a padded copy here, used by the
@@ -92,8 +92,10 @@ class CudaBackend final : public Backend {
   void silu_and_mul(const Tensor& gate_up, Tensor& out) override;
   bool linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
                            const FoldedNormInput& input_norm, Tensor& out) override;
-  // The GEMV's folded norm: bf16 or FP8 weights, up to 16 rows of at most cuda::kGemvMaxNormWidth.
-  bool supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype) const override;
+  // The GEMV's folded norm: up to 16 rows of at most cuda::kGemvMaxNormWidth, 32 where the weights are bf16 and
+  // under cuda::kGemvMaxWideWeight elements.
+  bool supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype,
+                          int64_t largest_weight_elements) const override;
   int64_t folded_norm_sum_words() const override;
   void linear_add_folded_norm(const Tensor& x, const Tensor& weight, const Tensor& block_scale, Tensor& residual,
                               const Tensor& norm_weight, Tensor& sums, Tensor& stale_sums, Tensor& out) override;

@@ -18,7 +18,7 @@ cudaDataType_t cuda_type(DType t) { return t == DType::F32 ? CUDA_R_32F : CUDA_R
 
 // The row counts measure_small_row_paths times: index i is 2^i rows.
 constexpr std::array<int, 5> kMeasuredRows{1, 2, 4, 8, 16};
-static_assert(kMeasuredRows.back() == kGemvMaxTokens);
+static_assert(kMeasuredRows.back() == kGemvMaxTokensAnyWeight);  // and the weights timed take no more
 
 }  // namespace
 
@@ -78,7 +78,7 @@ void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_b
 }
 
 bool Gemm::measured_cublas_faster(int m, int n, int k, DType out_dtype, bool bias) const {
-  if (bias || m < 1 || m > kGemvMaxTokens) return false;
+  if (bias || m < 1 || m > kGemvMaxTokensAnyWeight) return false;
   const auto it = cublas_at_small_rows_.find({n, k, out_dtype});
   return it != cublas_at_small_rows_.end() &&
          it->second[static_cast<size_t>(std::bit_width(static_cast<unsigned>(gemm_row_bucket(m))) - 1)];

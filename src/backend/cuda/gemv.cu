@@ -33,8 +33,14 @@ constexpr int64_t kIntegerCodesMaxWeight = int64_t{32} << 20;
 
 // k per step: 4 lanes x one 16-byte W load each (8 bf16, or 16 FP8 codes).
 constexpr int step_k(bool fp8) { return fp8 ? 2 * kStepK : kStepK; }
-// Consecutive k steps a warp takes per round: kWeightLoadsPerLane 16-byte W loads in flight.
-constexpr int unroll_for(int row_groups) { return std::max(2, kWeightLoadsPerLane / row_groups); }
+// Consecutive k steps a warp takes per round: kWeightLoadsPerLane 16-byte W loads in flight. Above 16 tokens a
+// round's x loads are twice as many, and two steps a round is what the registers of a 16-warp CTA hold with 2 row
+// groups (4 W loads in flight); 4 groups keep 8 (Qwen3-0.6B's gate_up at T = 32 and one step a round: 10.16 ->
+// 9.39 us, H100).
+constexpr int unroll_for(int row_groups, int token_groups) {
+  return token_groups > 2 ? std::max(2, kWeightLoadsPerLane / 2 / row_groups)
+                          : std::max(2, kWeightLoadsPerLane / row_groups);
+}
 
 // Predicated 16-byte loads (zeros when !pred) in one asm, so the compiler can neither speculate the load
 // nor turn the predicate into a branch. W is streamed (read once, never written: the non-coherent path and
@@ -144,11 +150,12 @@ __device__ __forceinline__ void store_output(__nv_bfloat16* out, int64_t i, floa
 // to 8 tokens keeps the 80 of the plain one. Left to itself the compiler took 88 there, which fits one CTA fewer
 // an SM (registers go to a warp 256 at a time): Qwen3-0.6B's gate_up at T = 1 (768 CTAs of 4 warps) then ran in
 // 1.16 waves instead of 0.97 and took 7.1 us instead of 5.9 (ncu, H100).
-constexpr int max_registers(int token_halves, bool fp8, NormFold fold) {
-  return fold != NormFold::kNone && !fp8 && token_halves == 1 ? 80 : 65536 / (kMaxWarps * 32);
+constexpr int max_registers(int token_groups, bool fp8, NormFold fold) {
+  return fold != NormFold::kNone && !fp8 && token_groups == 1 ? 80 : 65536 / (kMaxWarps * 32);
 }
 
-// kTokenHalves: 1 for tokens <= 8 (A rows 8..15 are zero), 2 for tokens <= 16.
+// kTokenGroups: groups of 8 tokens, 1 for tokens <= 8 (A rows 8..15 are zero), 2 for tokens <= 16, 4 for tokens <=
+// 32 (bf16 weights only): two mma tiles of 16 tokens, each weight fragment multiplied by both.
 // kRowGroups: groups of 8 weight rows per warp, all multiplied by the same x registers.
 // A CTA owns rows [blockIdx.x * 8 kRowGroups, +8 kRowGroups); its warps take interleaved runs of kUnroll
 // consecutive k steps, then reduce their partial tiles through shared memory.
@@ -164,16 +171,16 @@ constexpr int max_registers(int token_halves, bool fp8, NormFold fold) {
 // the rest the up rows of the same outputs: every row keeps its place in the k-split and its sums, and n % (4
 // kRowGroups) == 0 keeps each half inside one 128-row FP8 scale block.
 // kNorm: kScaleByInputRms copies the input norm's sums of squares (two words a token) to shared memory right after
-// the wait (they land while the weights stream; lanes of the first warp copy them and its thread t reads token t's
-// after a __syncwarp, so no CTA barrier is added) and multiplies each product by its token's 1 / rms in the
+// the wait (they land while the weights stream; thread t copies token t's and reads them itself, so no barrier is
+// added) and multiplies each product by its token's 1 / rms in the
 // epilogue; kAddResidual copies the CTA's residual rows and norm weights to shared memory right after the wait,
 // adds each output to the residual, writes residual * norm_weight, and adds the squares of every 8-row group (a C
 // fragment's rows: lanes that differ in bits 0, 2 and 3, summed by shuffles) to the token's sum (GemvNormSum); its
 // CTA 0 zeroes the stale sums. Every CTA pays what a fold adds, and a grid of many waves pays it once a wave, so
 // the epilogue starts no load: what it reads was copied while the weights streamed.
-template <int kTokenHalves, int kRowGroups, typename OutT, bool kFp8 = false, bool kIntegerCodes = false,
+template <int kTokenGroups, int kRowGroups, typename OutT, bool kFp8 = false, bool kIntegerCodes = false,
           bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
-__global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(kTokenHalves, kFp8, kNorm))
+__global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(kTokenGroups, kFp8, kNorm))
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const void* __restrict__ weight_any,
                 const float* __restrict__ block_scale, const __nv_bfloat16* __restrict__ bias, OutT* __restrict__ out,
                 int tokens, int n, int k, NormFoldParams norm) {
@@ -181,19 +188,21 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
   constexpr int kLaneK = kStep / 4;    // k values of a lane in one step (one 16-byte W load)
   constexpr int kXLoads = kLaneK / 8;  // 16-byte x loads per token half and step
   static_assert(kFp8Block % (kRowsPerGroup * 4) == 0 && kFp8Block % kStep == 0, "blocks hold whole CTAs/steps");
-  constexpr int kUnroll = unroll_for(kRowGroups);
-  constexpr int kTileFloats = kRowGroups * 32 * 4;  // one warp's C fragments
+  constexpr int kUnroll = unroll_for(kRowGroups, kTokenGroups);
+  constexpr int kTiles = (kTokenGroups + 1) / 2;    // mma tiles of 16 tokens
+  constexpr int kTileFloats = kRowGroups * 32 * 4;  // one warp's C fragments of one tile
+  static_assert(kTokenGroups == 1 || kTokenGroups == 2 || (kTokenGroups == 4 && !kFp8), "1-16 tokens, bf16 to 32");
   constexpr int kWeightBytes = kFp8 ? 1 : 2;
   // FP8 block scales loaded with the round's weights (load_scale_or_zero) where a fold's copies follow the wait;
   // the plain kernel measured faster with the compiler's placement (bench_gemv, H100: Qwen3-0.6B's qkv at T = 1
   // 3.53 us as placed by the compiler, 4.04 loaded with the weights).
   constexpr bool kEarlyScales = kFp8 && kNorm != NormFold::kNone;
-  __shared__ float4 partial[kMaxWarps][kRowGroups][32];
+  __shared__ float4 partial[kMaxWarps][kRowGroups][32];  // one tile's at a time
   // kScaleByInputRms: the first 16 bytes of each word's line, whole then fraction, a token after another.
-  __shared__ ulonglong2 input_sums[kNorm == NormFold::kScaleByInputRms ? kTokenHalves * 8 * 2 : 1];
-  __shared__ float inv_rms[kTokenHalves * 8];
+  __shared__ ulonglong2 input_sums[kNorm == NormFold::kScaleByInputRms ? kTokenGroups * 8 * 2 : 1];
+  __shared__ float inv_rms[kTokenGroups * 8];
   constexpr int kCtaRows = kRowsPerGroup * kRowGroups;
-  __shared__ alignas(16) __nv_bfloat16 residual_rows[kNorm == NormFold::kAddResidual ? kTokenHalves * 8 : 1][kCtaRows];
+  __shared__ alignas(16) __nv_bfloat16 residual_rows[kNorm == NormFold::kAddResidual ? kTokenGroups * 8 : 1][kCtaRows];
   __shared__ alignas(16) __nv_bfloat16 norm_weights[kCtaRows];
   static_assert(kNorm == NormFold::kNone || std::is_same_v<OutT, __nv_bfloat16>, "a folded norm writes bf16");
   static_assert(kNorm != NormFold::kAddResidual || !kSwiglu, "the residual's call is a plain one");
@@ -218,21 +227,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
   const float* scale_row = kFp8 ? block_scale + static_cast<int64_t>(row0 / kFp8Block) * scale_stride : nullptr;
   const float* up_scale_row =
       kFp8 && kSwiglu ? block_scale + static_cast<int64_t>((n + row0) / kFp8Block) * scale_stride : nullptr;
-  const __nv_bfloat16* x_row[kTokenHalves];
-  bool x_live[kTokenHalves];
+  const __nv_bfloat16* x_row[kTokenGroups];
+  bool x_live[kTokenGroups];
 #pragma unroll
-  for (int h = 0; h < kTokenHalves; ++h) {
+  for (int h = 0; h < kTokenGroups; ++h) {
     const int token = g + 8 * h;
     x_live[h] = token < tokens;
     x_row[h] = x + static_cast<int64_t>(x_live[h] ? token : 0) * k;
   }
 
-  float acc[kRowGroups][4];
-#pragma unroll
-  for (int r = 0; r < kRowGroups; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+  float acc[kRowGroups][kTiles][4] = {};
 
   for (int round = 0; round < steps; round += warps * kUnroll) {
-    uint4 wv[kUnroll][kRowGroups], xv[kUnroll][kTokenHalves][kXLoads];
+    uint4 wv[kUnroll][kRowGroups], xv[kUnroll][kTokenGroups][kXLoads];
     float scales[kUnroll], up_scales[kUnroll];  // FP8: each step's block scale (kSwiglu: the up rows' beside it)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -255,17 +262,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
     // The fold's operands, before the x loads (where fewer registers are live): copied by the first warp's lanes,
     // predicated rather than branched around (FP8 codes measured faster so: Qwen3-0.6B's o_proj at T = 1 0.16 us).
     if (round == 0) {
-      if constexpr (kNorm == NormFold::kScaleByInputRms) {
-        const GemvNormSum& sum = norm.input_sum_squares[min(lane / 2, tokens - 1)];
-        copy_16_async_if(&input_sums[lane % (kTokenHalves * 8 * 2)], lane % 2 == 0 ? &sum.whole : &sum.fraction,
-                         warp == 0 && lane < 2 * tokens);
+      if constexpr (kNorm == NormFold::kScaleByInputRms) {  // thread t copies token t's words
+        const GemvNormSum& sum = norm.input_sum_squares[min(static_cast<int>(threadIdx.x), tokens - 1)];
+        const bool copy = threadIdx.x < static_cast<unsigned>(tokens);
+        copy_16_async_if(&input_sums[2 * (threadIdx.x % (kTokenGroups * 8))], &sum.whole, copy);
+        copy_16_async_if(&input_sums[2 * (threadIdx.x % (kTokenGroups * 8)) + 1], &sum.fraction, copy);
         attention_detail::cp_async_commit();
       }
       if constexpr (kNorm == NormFold::kAddResidual) {
         // 8 rows a chunk (n % 8 == 0), kRowGroups chunks a token and as many of norm weights after them; chunks
         // past n are left alone (their outputs are not stored).
 #pragma unroll
-        for (int base = 0; base < (kTokenHalves * 8 + 1) * kRowGroups; base += 32) {
+        for (int base = 0; base < (kTokenGroups * 8 + 1) * kRowGroups; base += 32) {
           const int i = base + lane, t = min(i / kRowGroups, tokens), r = i % kRowGroups;
           const int row = min(row0 + r * kRowsPerGroup, n - kRowsPerGroup);
           const bool weights = t == tokens;
@@ -281,7 +289,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
       const int kk = (round + warp * kUnroll + u) * kStep + kLaneK * c;
       const bool live = kk < k;
 #pragma unroll
-      for (int h = 0; h < kTokenHalves; ++h)
+      for (int h = 0; h < kTokenGroups; ++h)
 #pragma unroll
         for (int j = 0; j < kXLoads; ++j)
           xv[u][h][j] = load_activation_or_zero(x_row[h] + kk + 8 * j, live && x_live[h]);
@@ -299,26 +307,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
                                             : 0.0f;
 #pragma unroll
       for (int r = 0; r < kRowGroups; ++r) {
-        const auto multiply = [&](float(&into)[4]) {
+        const auto multiply = [&](float(&into)[kTiles][4]) {
 #pragma unroll
           for (int j = 0; j < kXLoads; ++j) {
-            // x pairs 0..3 of the lane's j-th 8 values and the weight pairs of the same 8 k: pairs 0, 1 are
-            // logical k (2c, 2c+8) of one mma, pairs 2, 3 of the next.
-            const uint4 lo = xv[u][0][j];
-            const uint4 hi = kTokenHalves > 1 ? xv[u][kTokenHalves - 1][j] : make_uint4(0, 0, 0, 0);
             const uint2 codes = j == 0 ? make_uint2(wv[u][r].x, wv[u][r].y) : make_uint2(wv[u][r].z, wv[u][r].w);
             const uint4 w = !kFp8 ? wv[u][r] : kIntegerCodes ? fp8x8_to_scaled_bf16x8(codes) : fp8x8_to_bf16x8(codes);
-            mma_bf16_m16n8k16(into, lo.x, hi.x, lo.y, hi.y, w.x, w.y);
-            mma_bf16_m16n8k16(into, lo.z, hi.z, lo.w, hi.w, w.z, w.w);
+#pragma unroll
+            for (int tile = 0; tile < kTiles; ++tile) {
+              // x pairs 0..3 of the lane's j-th 8 values and the weight pairs of the same 8 k: pairs 0, 1 are
+              // logical k (2c, 2c+8) of one mma, pairs 2, 3 of the next.
+              const uint4 lo = xv[u][2 * tile][j];
+              const uint4 hi = 2 * tile + 1 < kTokenGroups ? xv[u][2 * tile + 1][j] : make_uint4(0, 0, 0, 0);
+              mma_bf16_m16n8k16(into[tile], lo.x, hi.x, lo.y, hi.y, w.x, w.y);
+              mma_bf16_m16n8k16(into[tile], lo.z, hi.z, lo.w, hi.w, w.z, w.w);
+            }
           }
         };
-        if constexpr (kFp8) {
-          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (kFp8) {  // one tile (kTokenGroups <= 2)
+          float part[kTiles][4] = {};
           multiply(part);
           // This lane's C fragment holds rows 8 r + 2 c and + 1 of the CTA: gate rows, or up rows.
           const float s = kSwiglu && r * 8 + 2 * c >= kHalfRows ? up_scale : scale;
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[r][i] = fmaf(s, part[i], acc[r][i]);
+          for (int i = 0; i < 4; ++i) acc[r][0][i] = fmaf(s, part[0][i], acc[r][0][i]);
         } else {
           multiply(acc[r]);
         }
@@ -326,8 +337,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
     }
   }
 
-#pragma unroll
-  for (int r = 0; r < kRowGroups; ++r) partial[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
   if constexpr (kNorm == NormFold::kAddResidual) {
     if (blockIdx.x == 0)
       for (int i = threadIdx.x; i < 2 * norm.stale_sum_count; i += blockDim.x)
@@ -335,61 +344,72 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
   }
   if constexpr (kNorm != NormFold::kNone) attention_detail::cp_async_wait<0>();
   if constexpr (kNorm == NormFold::kScaleByInputRms) {
-    // Thread t takes the words lanes 2t and 2t + 1 of its warp (the first) copied, visible once every lane has
-    // waited for its copies; the barrier below publishes inv_rms.
-    __syncwarp();
-    if (threadIdx.x < tokens)
+    // Thread t reads the words it copied itself; the barrier below publishes inv_rms.
+    if (threadIdx.x < static_cast<unsigned>(tokens))
       inv_rms[threadIdx.x] = rsqrtf(norm_sum_value(input_sums[2 * threadIdx.x].x, input_sums[2 * threadIdx.x + 1].x) /
                                         static_cast<float>(k) +
                                     norm.eps);
   }
-  __syncthreads();
   const auto input_scale = [&](int token) { return kNorm == NormFold::kScaleByInputRms ? inv_rms[token] : 1.0f; };
 
-  // C fragment element j of lane l: token g + 8 (j / 2), row 2c + (j % 2) of the group.
-  const float* flat = &partial[0][0][0].x;
-  if constexpr (kSwiglu) {
-    const auto warp_sum = [&](int q, int token) {  // weight row q of the CTA, as the plain kernel sums it
-      const int i = (q >> 3) * 128 + ((token & 7) * 4 + ((q & 7) >> 1)) * 4 + (token >> 3) * 2 + (q & 1);
-      float sum = 0.0f;
-      for (int w = 0; w < warps; ++w) sum += flat[w * kTileFloats + i];
-      return round_to_bf16(sum * input_scale(token));
-    };
-    for (int i = threadIdx.x; i < kHalfRows * 8 * kTokenHalves; i += blockDim.x) {
-      const int o = i % kHalfRows, token = i / kHalfRows;
-      if (token >= tokens) continue;
-      store_output(out, static_cast<int64_t>(token) * n + row0 + o,
-                   silu_mul(warp_sum(o, token), warp_sum(o + kHalfRows, token)));
-    }
-  } else {
-    // blockDim.x and kTileFloats are multiples of 32, so i % 32 is the lane and every lane takes each pass.
-    for (int i = threadIdx.x; i < kTileFloats; i += blockDim.x) {
-      const int r = i / 128, l = (i >> 2) & 31, j = i & 3;
-      const int token = (l >> 2) + 8 * (j >> 1);
-      const int row = row0 + r * 8 + 2 * (l & 3) + (j & 1);
-      const bool stored = token < tokens && row < n;
-      float sum = 0.0f;
-      if (stored) {
+  // One tile of 16 tokens at a time through the shared partial tiles (two tiles' would not fit beside a 16-warp
+  // CTA's other shared memory).
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile) {
+    if (tile > 0) __syncthreads();  // every thread has summed the previous tile
+#pragma unroll
+    for (int r = 0; r < kRowGroups; ++r)
+      partial[warp][r][lane] = make_float4(acc[r][tile][0], acc[r][tile][1], acc[r][tile][2], acc[r][tile][3]);
+    __syncthreads();
+    const int token0 = 16 * tile;
+    constexpr int kTileTokens = kTokenGroups == 1 ? 8 : 16;
+
+    // C fragment element j of lane l: token g + 8 (j / 2), row 2c + (j % 2) of the group.
+    const float* flat = &partial[0][0][0].x;
+    if constexpr (kSwiglu) {
+      const auto warp_sum = [&](int q, int t) {  // weight row q of the CTA and token t of the tile, as the plain
+                                                 // kernel sums it
+        const int i = (q >> 3) * 128 + ((t & 7) * 4 + ((q & 7) >> 1)) * 4 + (t >> 3) * 2 + (q & 1);
+        float sum = 0.0f;
         for (int w = 0; w < warps; ++w) sum += flat[w * kTileFloats + i];
-        sum *= input_scale(token);
-        if (bias != nullptr) sum += __bfloat162float(bias[row]);
+        return round_to_bf16(sum * input_scale(token0 + t));
+      };
+      for (int i = threadIdx.x; i < kHalfRows * kTileTokens; i += blockDim.x) {
+        const int o = i % kHalfRows, t = i / kHalfRows;
+        if (token0 + t >= tokens) continue;
+        store_output(out, static_cast<int64_t>(token0 + t) * n + row0 + o,
+                     silu_mul(warp_sum(o, t), warp_sum(o + kHalfRows, t)));
       }
-      if constexpr (kNorm == NormFold::kAddResidual) {
-        float square = 0.0f;
+    } else {
+      // blockDim.x and kTileFloats are multiples of 32, so i % 32 is the lane and every lane takes each pass.
+      for (int i = threadIdx.x; i < kTileFloats; i += blockDim.x) {
+        const int r = i / 128, l = (i >> 2) & 31, j = i & 3;
+        const int token = token0 + (l >> 2) + 8 * (j >> 1);
+        const int row = row0 + r * 8 + 2 * (l & 3) + (j & 1);
+        const bool stored = token < tokens && row < n;
+        float sum = 0.0f;
         if (stored) {
-          // As the separate add_rms_norm: the output rounded as stored, added in fp32, the sum rounded.
-          const int64_t at = static_cast<int64_t>(token) * n + row;
-          const float h = round_to_bf16(__bfloat162float(residual_rows[token][row - row0]) + round_to_bf16(sum));
-          norm.residual[at] = __float2bfloat16_rn(h);
-          store_output(out, at, h * __bfloat162float(norm_weights[row - row0]));
-          square = h * h;
+          for (int w = 0; w < warps; ++w) sum += flat[w * kTileFloats + i];
+          sum *= input_scale(token);
+          if (bias != nullptr) sum += __bfloat162float(bias[row]);
         }
-        square += __shfl_xor_sync(0xffffffffu, square, 1);
-        square += __shfl_xor_sync(0xffffffffu, square, 4);
-        square += __shfl_xor_sync(0xffffffffu, square, 8);
-        if ((lane & 13) == 0 && token < tokens) add_norm_sum_piece(norm.sum_squares + token, square);
-      } else if (stored) {
-        store_output(out, static_cast<int64_t>(token) * n + row, sum);
+        if constexpr (kNorm == NormFold::kAddResidual) {
+          float square = 0.0f;
+          if (stored) {
+            // As the separate add_rms_norm: the output rounded as stored, added in fp32, the sum rounded.
+            const int64_t at = static_cast<int64_t>(token) * n + row;
+            const float h = round_to_bf16(__bfloat162float(residual_rows[token][row - row0]) + round_to_bf16(sum));
+            norm.residual[at] = __float2bfloat16_rn(h);
+            store_output(out, at, h * __bfloat162float(norm_weights[row - row0]));
+            square = h * h;
+          }
+          square += __shfl_xor_sync(0xffffffffu, square, 1);
+          square += __shfl_xor_sync(0xffffffffu, square, 4);
+          square += __shfl_xor_sync(0xffffffffu, square, 8);
+          if ((lane & 13) == 0 && token < tokens) add_norm_sum_piece(norm.sum_squares + token, square);
+        } else if (stored) {
+          store_output(out, static_cast<int64_t>(token) * n + row, sum);
+        }
       }
     }
   }
@@ -401,7 +421,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
 // Qwen3-8B, µs: T = 4 with 1 group instead of 2, o_proj 8.52 -> 7.49, down 20.36 -> 16.80, gate_up 34.40 ->
 // 31.70; T = 16 with 2 instead of 4, qkv 14.51 -> 12.33, gate_up 40.65 -> 37.60), where bf16 lost (T = 16 with 2
 // groups: gate_up 54.87 -> 57.20, batch-16 decode +2%).
+// Above 16 tokens (bf16 weights) x's traffic is twice as large and sets the choice: the most groups that leave
+// 0.4 CTAs an SM, fewer where that grid is between one and two waves (one CTA an SM fits). Measured on an H100
+// (Qwen3-0.6B at T = 32, us, 1 / 2 / 4 groups): qkv 7.09 / 6.58 / 5.42, o_proj 4.46 / 4.42 / 6.12, gate_up 9.83 /
+// 8.27 / 9.29 (192 CTAs in 1.45 waves at 4), down 7.17 / 5.92 / 7.98.
 int row_groups_for(int tokens, int n, int sm_count, bool fp8) {
+  if (tokens > kGemvMaxTokensAnyWeight) {
+    const auto ctas = [&](int groups) { return (n + kRowsPerGroup * groups - 1) / (kRowsPerGroup * groups); };
+    int groups = kMaxRowGroups;
+    while (groups > 1 && 5 * ctas(groups) < 2 * sm_count) groups /= 2;
+    if (groups > 1 && ctas(groups) > sm_count && ctas(groups) < 2 * sm_count) groups /= 2;
+    return groups;
+  }
   int groups = fp8 ? (tokens <= 8 ? 1 : 2) : (tokens <= 2 ? 1 : tokens <= 8 ? 2 : 4);
   while (groups > 1 && (n + kRowsPerGroup * groups - 1) / (kRowsPerGroup * groups) < sm_count) groups /= 2;
   return groups;
@@ -433,10 +464,10 @@ NormFold norm_fold_of(const GemvArgs& a) {
                                           : NormFold::kNone;
 }
 
-template <int kTokenHalves, int kRowGroups, typename OutT, bool kSwiglu, NormFold kNorm>
+template <int kTokenGroups, int kRowGroups, typename OutT, bool kSwiglu, NormFold kNorm>
 void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   const bool fp8 = a.weight_fp8 != nullptr;
-  const int unroll = unroll_for(kRowGroups);
+  const int unroll = unroll_for(kRowGroups, kTokenGroups);
   const int steps = (a.k + step_k(fp8) - 1) / step_k(fp8);
   const int rows_per_cta = kRowsPerGroup * kRowGroups;
   // kSwiglu: n outputs from 2n weight rows, half a CTA's rows each (n % (4 kRowGroups) == 0: no partial CTA).
@@ -449,10 +480,12 @@ void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   // the conversion instructions above; gemv_supports gives the fused call only the first, so only the plain
   // kernel has the second.
   const bool integer_codes = fp8 && static_cast<int64_t>(a.n) * (kSwiglu ? 2 : 1) * a.k < kIntegerCodesMaxWeight;
-  auto kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, false, false, kSwiglu, kNorm>;
-  if (integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, true, kSwiglu, kNorm>;
-  if constexpr (!kSwiglu) {
-    if (fp8 && !integer_codes) kernel = gemv_kernel<kTokenHalves, kRowGroups, OutT, true, false, false, kNorm>;
+  auto kernel = gemv_kernel<kTokenGroups, kRowGroups, OutT, false, false, kSwiglu, kNorm>;
+  if constexpr (kTokenGroups <= 2) {  // FP8 codes: up to 16 tokens (gemv_supports)
+    if (integer_codes) kernel = gemv_kernel<kTokenGroups, kRowGroups, OutT, true, true, kSwiglu, kNorm>;
+    if constexpr (!kSwiglu) {
+      if (fp8 && !integer_codes) kernel = gemv_kernel<kTokenGroups, kRowGroups, OutT, true, false, false, kNorm>;
+    }
   }
   const NormFoldParams norm{a.residual,        a.norm_weight,       a.sum_squares, a.stale_sums,
                             a.stale_sum_count, a.input_sum_squares, a.eps};
@@ -460,22 +493,29 @@ void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
                       static_cast<OutT*>(a.out), a.tokens, a.n, a.k, norm);
 }
 
-template <int kTokenHalves, typename OutT, bool kSwiglu, NormFold kNorm>
+template <int kTokenGroups, typename OutT, bool kSwiglu, NormFold kNorm>
 void launch_with_groups(const GemvArgs& a, int row_groups, int sm_count, cudaStream_t stream) {
   switch (row_groups) {
     case 1:
-      return launch<kTokenHalves, 1, OutT, kSwiglu, kNorm>(a, sm_count, stream);
+      return launch<kTokenGroups, 1, OutT, kSwiglu, kNorm>(a, sm_count, stream);
     case 2:
-      return launch<kTokenHalves, 2, OutT, kSwiglu, kNorm>(a, sm_count, stream);
+      return launch<kTokenGroups, 2, OutT, kSwiglu, kNorm>(a, sm_count, stream);
     default:
-      return launch<kTokenHalves, 4, OutT, kSwiglu, kNorm>(a, sm_count, stream);
+      return launch<kTokenGroups, 4, OutT, kSwiglu, kNorm>(a, sm_count, stream);
   }
 }
 
 template <typename OutT, bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
 void launch_with_out(const GemvArgs& a, int row_groups, int sm_count, cudaStream_t stream) {
   if (a.tokens <= 8) return launch_with_groups<1, OutT, kSwiglu, kNorm>(a, row_groups, sm_count, stream);
-  return launch_with_groups<2, OutT, kSwiglu, kNorm>(a, row_groups, sm_count, stream);
+  if (a.tokens <= 16) return launch_with_groups<2, OutT, kSwiglu, kNorm>(a, row_groups, sm_count, stream);
+  return launch_with_groups<4, OutT, kSwiglu, kNorm>(a, row_groups, sm_count, stream);
+}
+
+// The most rows the GEMV takes for this weight (kGemvMaxTokens says why).
+int gemv_max_tokens(const GemvArgs& a) {
+  const int64_t weight_elements = int64_t{a.n} * (a.swiglu ? 2 : 1) * a.k;
+  return a.weight_fp8 == nullptr && weight_elements < kGemvMaxWideWeight ? kGemvMaxTokens : kGemvMaxTokensAnyWeight;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -512,7 +552,7 @@ bool gemv_supports(const GemvArgs& a) {
                                    a.sum_squares != nullptr && norm_sums_aligned(a.sum_squares) &&
                                    norm_sums_aligned(a.stale_sums) && a.stale_sum_count >= 0 && stale_apart()
                              : norm_sums_aligned(a.input_sum_squares)));
-  return a.tokens >= 1 && a.tokens <= kGemvMaxTokens && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.x != nullptr &&
+  return a.tokens >= 1 && a.tokens <= gemv_max_tokens(a) && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.x != nullptr &&
          weight_ok && a.out != nullptr && aligned16(a.x) && (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32) &&
          swiglu_ok && norm_ok;
 }
@@ -521,7 +561,7 @@ void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   if (!gemv_supports(a)) {
     throw InvalidInput(
         "gemv: unsupported call tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) +
-        " k=" + std::to_string(a.k) + " (needs 1 <= tokens <= " + std::to_string(kGemvMaxTokens) +
+        " k=" + std::to_string(a.k) + " (needs 1 <= tokens <= " + std::to_string(gemv_max_tokens(a)) +
         ", k % 8 == 0, 16-byte aligned x and weight, BF16 or F32 out" +
         (a.swiglu ? "; fused SiLU: n % 16 == 0, no bias, BF16 out, FP8 codes under 32 M elements" : "") +
         (norm_fold_of(a) == NormFold::kAddResidual

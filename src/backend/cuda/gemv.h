@@ -12,10 +12,15 @@
 
 namespace nanovllm::cuda {
 
-// Gemm::run sends calls with M (tokens) up to this to the GEMV (except shapes it measured faster on cuBLASLt);
-// above it cuBLASLt is used. The kernel's cost does not grow with T up to 16 (the token dimension is the mma's
-// M = 16).
-inline constexpr int kGemvMaxTokens = 16;
+// Gemm::run sends calls with M (tokens) up to kGemvMaxTokensAnyWeight to the GEMV (except shapes it measured faster
+// on cuBLASLt), and up to kGemvMaxTokens where the weight is bf16 and under kGemvMaxWideWeight elements; the rest
+// to cuBLASLt. The kernel's math does not grow with T up to 16 (the token dimension is the mma's M = 16); from 17
+// to 32 tokens every weight fragment feeds two mmas, and every CTA reads twice the x. Against cuBLASLt at 24 and 32
+// rows (H100, bench_gemv) that won on Qwen3-0.6B's projections (o_proj 5.6 -> 4.4 us, down 7.3 -> 5.9, qkv even)
+// and lost on every Qwen3-8B projection (o_proj, 16.8 M elements: 14.2 -> 15.6; gate_up 73.8 -> 78.0).
+inline constexpr int kGemvMaxTokens = 32;
+inline constexpr int kGemvMaxTokensAnyWeight = 16;
+inline constexpr int64_t kGemvMaxWideWeight = int64_t{16} << 20;
 
 // A row's sum of squares as the folded norm's calls add it up: every 8-row piece of the sum is added atomically
 // as two integers, its whole part and its fraction in units of 2^-40, so the total does not depend on the order
@@ -68,7 +73,8 @@ struct GemvArgs {
   float eps = 0.0f;
 };
 
-// True when the GEMV handles these arguments: 1 <= tokens <= kGemvMaxTokens, n >= 1, k a positive multiple
+// True when the GEMV handles these arguments: 1 <= tokens <= kGemvMaxTokensAnyWeight (up to kGemvMaxTokens for bf16
+// weights of fewer than kGemvMaxWideWeight elements, the fused SiLU's 2n x k), n >= 1, k a positive multiple
 // of 8 (16 for FP8 codes with their scales), x and weight 16-byte aligned, out_dtype BF16 or F32. Any n (but
 // see swiglu).
 bool gemv_supports(const GemvArgs& args);

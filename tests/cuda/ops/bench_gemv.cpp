@@ -167,7 +167,7 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
     const int fp8_copies = fp8 ? std::max(1, copies / 2) * 2 : 0;  // as many bytes as the bf16 copies
     std::vector<std::pair<const uint8_t*, const float*>> fp8_weights;
     for (int i = 0; i < fp8_copies; ++i) fp8_weights.push_back(fill_fp8(s.n, s.k));
-    for (int t : {1, 4, 8, 16, 32}) {
+    for (int t : {1, 4, 8, 16, 24, 32, 64}) {
       if (s.n > 100000 && t > 8) continue;
       const __nv_bfloat16* x = fill(int64_t{t} * s.k);
       keep.push_back(gpu.allocate(static_cast<size_t>(t) * s.n * dtype_size(s.out)));
@@ -178,7 +178,7 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
         gemm.run_cublaslt(x, weights[i % copies], nullptr, out, s.out, t, s.n, s.k, gpu.stream());
       });
       const cuda::GemvArgs args{x, weights[0], nullptr, out, s.out, t, s.n, s.k};
-      if (fp8 && t <= cuda::kGemvMaxTokens) {
+      if (fp8 && t <= cuda::kGemvMaxTokensAnyWeight) {
         const double fp8_bytes = bytes - w_bytes / 2;
         const double gemv_us = graph_time_us(gpu, [&](int i) {
           cuda::GemvArgs a = args;
@@ -191,7 +191,7 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
                     fp8_bytes / (gemv_us * 1e3));
       }
       if (fold && t <= cuda::kGemvMaxTokens) print_fold_timings(gpu, s, t, args, weights, fp8_weights, fill, sms, keep);
-      if (t <= cuda::kGemvMaxTokens) {
+      if (cuda::gemv_supports(args)) {
         const double gemv_us = graph_time_us(gpu, [&](int i) {
           cuda::GemvArgs a = args;
           a.weight = weights[i % copies];
@@ -200,7 +200,7 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
         std::printf("%-8s %4d  %10.2f %10.2f %9.0f  %10.2f %9.0f  %7.2fx\n", s.name, t, floor_us, gemv_us,
                     bytes / (gemv_us * 1e3), cublas_us, bytes / (cublas_us * 1e3), cublas_us / gemv_us);
       } else {
-        std::printf("%-8s %4d  %10.2f %10s %9s  %10.2f %9.0f  (above kGemvMaxTokens)\n", s.name, t, floor_us, "-", "-",
+        std::printf("%-8s %4d  %10.2f %10s %9s  %10.2f %9.0f  (not on the GEMV)\n", s.name, t, floor_us, "-", "-",
                     cublas_us, bytes / (cublas_us * 1e3));
       }
     }

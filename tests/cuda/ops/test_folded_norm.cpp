@@ -5,11 +5,13 @@
 // the half-normed output bit for bit against residual * weight, the fixed-point sums of squares against the host's,
 // the stale sums zeroed, and the final products within bf16 rounding of both the unfolded GPU calls and (bf16) the
 // fp32 CPU backend. Outputs are NaN-poisoned.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/gemv.h"
 #include "tests/cuda/ops/ops_test_support.h"
 
 namespace nanovllm::test {
@@ -70,10 +72,14 @@ TEST_F(FoldedNormTest, MatchesLinearAddRmsNormLinear) {
       const auto norm_values = random_bf16_values(rng_, s.hidden);
       const Tensor norm_weight = gpu_bf16(norm_values, {s.hidden});
       const Tensor bias = gpu_bf16(random_bf16_values(rng_, s.out), {s.out});
-      for (const int t : {1, 2, 3, 8, 9, 16}) {
+      const int64_t largest =
+          std::max({int64_t{s.hidden} * s.in, int64_t{s.out} * s.hidden, int64_t{2} * s.inter * s.hidden});
+      for (const int t : {1, 2, 3, 8, 9, 16, 17, 31, 32}) {
+        // The GEMV's row limits (gemv.h): above 16 rows bf16 weights under kGemvMaxWideWeight elements only.
+        if (t > cuda::kGemvMaxTokensAnyWeight && (fp8 || largest >= cuda::kGemvMaxWideWeight)) continue;
         const std::string where =
             std::string(fp8 ? "FP8" : "bf16") + " H=" + std::to_string(s.hidden) + " T=" + std::to_string(t);
-        ASSERT_TRUE(gpu().supports_norm_fold(t, s.hidden, fp8 ? DType::F8_E4M3 : DType::BF16)) << where;
+        ASSERT_TRUE(gpu().supports_norm_fold(t, s.hidden, fp8 ? DType::F8_E4M3 : DType::BF16, largest)) << where;
         const auto x_values = random_bf16_values(rng_, int64_t{t} * s.in);
         // Row r of the residual scaled by r + 1, so that a product scaled by another row's rms is far off.
         auto residual_values = random_bf16_values(rng_, int64_t{t} * s.hidden);
@@ -194,21 +200,25 @@ TEST_F(FoldedNormTest, NonFiniteResidualGivesNaNRow) {
   }
 }
 
-// Where the fold is not offered: more than 16 rows, a width not a multiple of 8 or above the widest, other weight
-// dtypes, the CPU. Sums of the wrong shape, misaligned or overlapping the stale sums are refused before anything is
-// written.
+// Where the fold is not offered: more than 32 rows (16 for FP8 codes or a weight of kGemvMaxWideWeight), a width not a
+// multiple of 8 or above the widest, other weight dtypes, the CPU. Sums of the wrong shape, misaligned or overlapping
+// the stale sums are refused before anything is written.
 TEST_F(FoldedNormTest, SupportLimits) {
-  EXPECT_TRUE(gpu().supports_norm_fold(16, 1024, DType::BF16));
-  EXPECT_FALSE(gpu().supports_norm_fold(17, 1024, DType::BF16));
-  EXPECT_FALSE(gpu().supports_norm_fold(0, 1024, DType::BF16));
-  EXPECT_TRUE(gpu().supports_norm_fold(16, 4096, DType::BF16));
-  EXPECT_TRUE(gpu().supports_norm_fold(16, 1024, DType::F8_E4M3));
-  EXPECT_TRUE(gpu().supports_norm_fold(16, 4096, DType::F8_E4M3));
-  EXPECT_TRUE(gpu().supports_norm_fold(1, 16384, DType::BF16));
-  EXPECT_FALSE(gpu().supports_norm_fold(1, 16392, DType::BF16));
-  EXPECT_FALSE(gpu().supports_norm_fold(1, 1004, DType::BF16));
-  EXPECT_FALSE(gpu().supports_norm_fold(1, 1024, DType::F16));
-  EXPECT_FALSE(cpu().supports_norm_fold(1, 1024, DType::F32));
+  const int64_t small = int64_t{6} << 20, wide = cuda::kGemvMaxWideWeight;  // Qwen3-0.6B's gate_up: 6 M elements
+  EXPECT_TRUE(gpu().supports_norm_fold(32, 1024, DType::BF16, small));
+  EXPECT_FALSE(gpu().supports_norm_fold(33, 1024, DType::BF16, small));
+  EXPECT_FALSE(gpu().supports_norm_fold(17, 1024, DType::BF16, wide));
+  EXPECT_TRUE(gpu().supports_norm_fold(16, 1024, DType::BF16, wide));
+  EXPECT_FALSE(gpu().supports_norm_fold(17, 1024, DType::F8_E4M3, small));
+  EXPECT_FALSE(gpu().supports_norm_fold(0, 1024, DType::BF16, small));
+  EXPECT_TRUE(gpu().supports_norm_fold(16, 4096, DType::BF16, wide));
+  EXPECT_TRUE(gpu().supports_norm_fold(16, 1024, DType::F8_E4M3, small));
+  EXPECT_TRUE(gpu().supports_norm_fold(16, 4096, DType::F8_E4M3, wide));
+  EXPECT_TRUE(gpu().supports_norm_fold(1, 16384, DType::BF16, wide));
+  EXPECT_FALSE(gpu().supports_norm_fold(1, 16392, DType::BF16, wide));
+  EXPECT_FALSE(gpu().supports_norm_fold(1, 1004, DType::BF16, small));
+  EXPECT_FALSE(gpu().supports_norm_fold(1, 1024, DType::F16, small));
+  EXPECT_FALSE(cpu().supports_norm_fold(1, 1024, DType::F32, small));
 
   const int hidden = 64;
   const Weight w = make_weight(hidden, hidden, false);

@@ -1,5 +1,5 @@
 // The skinny-linear GEMV (src/backend/cuda/gemv.cu) against the fp32 CPU backend on the same bf16 inputs:
-// every token count the kernel has a code path for (T <= 8 and 9..16, one or more row groups), N that are
+// every token count the kernel has a code path for (T <= 8, 9..16 and 17..32, one or more row groups), N that are
 // not multiples of the 8-row tile (1, 17), K with a partial last 32-wide step (8, 200), Qwen3-0.6B's shapes,
 // with and without bias, bf16 and fp32 outputs. Outputs are NaN-poisoned first, so an unwritten element
 // fails. Tolerances as in test_linear.cpp: 1e-2 relative L2 for bf16 out, 1e-4 for fp32 out.
@@ -45,6 +45,7 @@ class GemvTest : public CudaOpsTest {
     const Tensor cpu_w = cpu_f32(w, {n, k}), cpu_b = cpu_f32(b, {n});
     const int sms = sm_count();
     for (int t : token_counts) {
+      if (t > cuda::kGemvMaxTokensAnyWeight && int64_t{n} * k >= cuda::kGemvMaxWideWeight) continue;  // gemv.h
       const auto x = random_bf16_values(rng_, int64_t{t} * k);
       const Tensor gpu_x = gpu_bf16(x, {t, k});
       for (bool bias : {false, true}) {
@@ -76,7 +77,7 @@ class GemvShapeTest : public GemvTest, public ::testing::WithParamInterface<Gemv
 
 TEST_P(GemvShapeTest, MatchesCpu) {
   const GemvShape s = GetParam();
-  check_shape(s.n, s.k, {1, 2, 3, 7, 8, 9, 15, 16});
+  check_shape(s.n, s.k, {1, 2, 3, 7, 8, 9, 15, 16, 17, 24, 31, 32});
 }
 
 std::vector<GemvShape> gemv_shapes() {
@@ -180,10 +181,11 @@ TEST_F(GemvTest, BackendLinearAtDecodeBatch) {
 }
 
 // The MLP's gate_up and SiLU in one call (linear_silu_and_mul) against the two calls it stands for, on the same
-// inputs: the same bits, bf16 and FP8 weights, every token count with a code path (one to four row groups), I from
+// inputs: the same bits, bf16 and FP8 weights, every token count with a code path (one to four row groups, bf16 two
+// mma tiles), I from
 // one CTA of the largest groups to Qwen3-8B's TP-4 shard, K not a multiple of the 128-wide scale blocks. Outputs
-// are NaN-poisoned. Calls the fused kernel does not take (more than 16 rows, I not a multiple of 16, FP8 codes of
-// 32 M elements or more, the CPU backend) return false and write nothing.
+// are NaN-poisoned. Calls the fused kernel does not take (more than 32 rows, FP8 codes at more than 16 or of 32 M
+// elements or more, I not a multiple of 16, the CPU backend) return false and write nothing.
 TEST_F(GemvTest, FusedSiluMatchesLinearThenSilu) {
   struct Shape {
     int inter, k;
@@ -199,7 +201,8 @@ TEST_F(GemvTest, FusedSiluMatchesLinearThenSilu) {
       const Tensor weight = fp8 ? gpu_raw(w, DType::F8_E4M3, {n, s.k}) : gpu_bf16(w_bf16, {n, s.k});
       const Tensor scale = fp8 ? gpu_raw(scales, DType::F32, {sn, sk}) : Tensor();
       if (fp8) gpu().reserve_fp8_linear(n, s.k);
-      for (const int t : {1, 2, 3, 8, 9, 16}) {
+      for (const int t : {1, 2, 3, 8, 9, 16, 17, 32}) {
+        if (t > cuda::kGemvMaxTokensAnyWeight && (fp8 || int64_t{n} * s.k >= cuda::kGemvMaxWideWeight)) continue;
         const std::string where = std::string(fp8 ? "fp8" : "bf16") + " I=" + std::to_string(s.inter) +
                                   " K=" + std::to_string(s.k) + " T=" + std::to_string(t);
         const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * s.k), {t, s.k});
@@ -219,12 +222,18 @@ TEST_F(GemvTest, FusedSiluMatchesLinearThenSilu) {
       }
     }
   }
-  // Not taken: 17 rows, I = 24, the CPU backend.
+  // Not taken: 33 rows, FP8 codes at 17 rows, I = 24, the CPU backend.
   const auto w = random_bf16_values(rng_, 2 * 24 * 64, 0.1f);
-  Tensor out = gpu_empty(DType::BF16, {17, 32});
-  EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, 17 * 64), {17, 64}),
+  Tensor out = gpu_empty(DType::BF16, {33, 32});
+  EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, 33 * 64), {33, 64}),
                                          gpu_bf16(random_bf16_values(rng_, 64 * 64, 0.1f), {64, 64}), Tensor(), {},
                                          out));
+  Tensor out_fp8 = gpu_empty(DType::BF16, {17, 64});
+  gpu().reserve_fp8_linear(128, 128);
+  EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, 17 * 128), {17, 128}),
+                                         gpu_raw(random_fp8_codes(rng_, 128 * 128), DType::F8_E4M3, {128, 128}),
+                                         gpu_raw(random_fp8_scales(rng_, 1), DType::F32, {1, 1}), {}, out_fp8));
+  for (const float v : read_gpu(out_fp8)) ASSERT_TRUE(std::isnan(v)) << "a refused FP8 call wrote its output";
   Tensor out24 = gpu_empty(DType::BF16, {1, 24});
   EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, 64), {1, 64}), gpu_bf16(w, {48, 64}),
                                          Tensor(), {}, out24));
@@ -257,6 +266,22 @@ TEST(GemvSupports, Limits) {
   };
   EXPECT_TRUE(with([](cuda::GemvArgs& a) { a.tokens = cuda::kGemvMaxTokens; }));
   EXPECT_FALSE(with([](cuda::GemvArgs& a) { a.tokens = cuda::kGemvMaxTokens + 1; }));
+  // Above 16 rows: bf16 weights of fewer than kGemvMaxWideWeight elements (the fused SiLU's counted whole).
+  const auto wide_rows = [&](int n, int k, bool swiglu, bool fp8) {
+    return with([&](cuda::GemvArgs& a) {
+      a.tokens = cuda::kGemvMaxTokensAnyWeight + 1, a.n = n, a.k = k, a.swiglu = swiglu;
+      if (fp8) {
+        a.weight = nullptr, a.block_scale = reinterpret_cast<const float*>(aligned);
+        a.weight_fp8 = reinterpret_cast<const uint8_t*>(aligned);
+      }
+    });
+  };
+  EXPECT_TRUE(wide_rows(4096, 4095 - 7, false, false));
+  EXPECT_FALSE(wide_rows(4096, 4096, false, false));
+  EXPECT_TRUE(wide_rows(2048, 4096 - 8, true, false));
+  EXPECT_FALSE(wide_rows(2048, 4096, true, false));
+  EXPECT_FALSE(wide_rows(1024, 1024, false, true));
+  EXPECT_TRUE(with([](cuda::GemvArgs& a) { a.tokens = cuda::kGemvMaxTokensAnyWeight, a.n = 4096, a.k = 4096; }));
   EXPECT_FALSE(with([](cuda::GemvArgs& a) { a.tokens = 0; }));
   EXPECT_FALSE(with([](cuda::GemvArgs& a) { a.k = 60; }));
   EXPECT_FALSE(with([](cuda::GemvArgs& a) { a.n = 0; }));
