@@ -140,8 +140,8 @@ void ModelRunner::pad_decode_rows(int from, int to) {
     meta_->input_ids()[s] = 0;
     meta_->positions()[s] = 0;
     meta_->slot_mapping()[s] = -1;
-    meta_->cu_seqlens_q()[s + 1] = s + 1;
-    meta_->seq_lens_k()[s] = 1;
+    meta_->cu_seqlens_q()[s + 1] = meta_->cu_seqlens_q()[from];
+    meta_->seq_lens_k()[s] = 0;
     meta_->logits_rows()[s] = s;
     int32_t* table = meta_->block_tables() + static_cast<size_t>(s) * blocks_per_seq;
     table[0] = 0;

@@ -56,7 +56,11 @@ class ModelRunner {
   int fill_sequence(int s, const ScheduledSequence& item, int first_row);
   // Sampling row r: the logits of token row `token_row`, sampled with the request's controls as token `step`.
   void fill_sampling_row(int r, int token_row, const SamplingParams& sp, int step);
-  // Fills rows [from, to) of the step metadata as inert decode sequences (no cache write, one key).
+  // Fills token rows [from, to) of a decode step's metadata, and as many sequences, as padding up to a graph's
+  // bucket: the tokens write no cache, and the sequences have no query row and no keys, so decode attention skips
+  // them. (Padding sequences of one key and one row were attended like real ones, and a CTA's range walked them one
+  // by one, ~1 us a piece: Qwen3-0.6B at batch 17, 15 of them, took 1.92 ms a step in its bucket of 32 where batch
+  // 32 took 1.52, H100.)
   void pad_decode_rows(int from, int to);
   // Uploads the metadata and launches the model: a replayed decode graph (bucket > 0) or the eager forward.
   // Returns when the work was handed to the device.
