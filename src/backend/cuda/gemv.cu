@@ -172,12 +172,12 @@ constexpr int max_registers(int token_groups, bool fp8, NormFold fold) {
 // kRowGroups) == 0 keeps each half inside one 128-row FP8 scale block.
 // kNorm: kScaleByInputRms copies the input norm's sums of squares (two words a token) to shared memory right after
 // the wait (they land while the weights stream; thread t copies token t's and reads them itself, so no barrier is
-// added) and multiplies each product by its token's 1 / rms in the
-// epilogue; kAddResidual copies the CTA's residual rows and norm weights to shared memory right after the wait,
-// adds each output to the residual, writes residual * norm_weight, and adds the squares of every 8-row group (a C
-// fragment's rows: lanes that differ in bits 0, 2 and 3, summed by shuffles) to the token's sum (GemvNormSum); its
-// CTA 0 zeroes the stale sums. Every CTA pays what a fold adds, and a grid of many waves pays it once a wave, so
-// the epilogue starts no load: what it reads was copied while the weights streamed.
+// added) and multiplies each product by its token's 1 / rms in the epilogue; kAddResidual copies the CTA's residual
+// rows and norm weights to shared memory right after the wait, adds each output to the residual, writes residual *
+// norm_weight, and adds the squares of every 8-row group (a C fragment's rows: lanes that differ in bits 0, 2 and 3,
+// summed by shuffles) to the token's sum (GemvNormSum); its CTA 0 zeroes the stale sums. Every CTA pays what a fold
+// adds, and a grid of many waves pays it once a wave, so the epilogue starts no load: what it reads was copied while
+// the weights streamed.
 template <int kTokenGroups, int kRowGroups, typename OutT, bool kFp8 = false, bool kIntegerCodes = false,
           bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(kTokenGroups, kFp8, kNorm))
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
                 int tokens, int n, int k, NormFoldParams norm) {
   constexpr int kStep = step_k(kFp8);
   constexpr int kLaneK = kStep / 4;    // k values of a lane in one step (one 16-byte W load)
-  constexpr int kXLoads = kLaneK / 8;  // 16-byte x loads per token half and step
+  constexpr int kXLoads = kLaneK / 8;  // 16-byte x loads per token group and step
   static_assert(kFp8Block % (kRowsPerGroup * 4) == 0 && kFp8Block % kStep == 0, "blocks hold whole CTAs/steps");
   constexpr int kUnroll = unroll_for(kRowGroups, kTokenGroups);
   constexpr int kTiles = (kTokenGroups + 1) / 2;    // mma tiles of 16 tokens
