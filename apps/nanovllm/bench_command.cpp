@@ -34,6 +34,8 @@ struct RunTimes {
   long long prefill_tokens = 0, decode_tokens = 0;
   double prefill_s = 0, decode_s = 0;
   double decode_host_s = 0;  // of decode_s, host work with the device idle (before launch, after the run)
+  double decode_step_s() const { return decode_s / std::max(decode_steps, 1); }
+  double decode_host_step_s() const { return decode_host_s / std::max(decode_steps, 1); }
 };
 
 // Runs every request to the end.
@@ -143,12 +145,12 @@ int run_bench(const BenchArgs& a) {
       for (int i = 0; i < a.input_len; ++i) prompts[s][i] = (s * 7919 + i * 131 + 7) % 10000;
     const RunTimes t = run_all(engine, prompts, std::vector<SamplingParams>(a.batch_size, p));
     // Each decode step gives every sequence one token (the first came from the prefill).
-    const double step_s = t.decode_s / std::max(t.decode_steps, 1);
+    const double step_s = t.decode_step_s();
     std::printf(
         "latency: batch %d, prompt %d, output %d: %.3f ms/token decode (%.1f tok/s; %.3f ms of it host work before "
         "launch and after the run), %.2f ms to first token\n",
-        a.batch_size, a.input_len, a.output_len, step_s * 1e3, a.batch_size / step_s,
-        1e3 * t.decode_host_s / std::max(t.decode_steps, 1), t.first_token * 1e3);
+        a.batch_size, a.input_len, a.output_len, step_s * 1e3, a.batch_size / step_s, 1e3 * t.decode_host_step_s(),
+        t.first_token * 1e3);
     return 0;
   }
   if (a.prefill) {
@@ -177,8 +179,8 @@ int run_bench(const BenchArgs& a) {
       "  prefill: %d steps (%d mixed with decode rows), %lld tokens, %.2f s (%.0f tok/s); decode: %d steps, %lld "
       "tokens, %.2f s (%.2f ms/step, %.3f ms of it host work before launch and after the run); other %.2f s\n",
       t.prefill_steps, t.mixed_steps, t.prefill_tokens, t.prefill_s, t.prefill_tokens / std::max(t.prefill_s, 1e-9),
-      t.decode_steps, t.decode_tokens, t.decode_s, 1e3 * t.decode_s / std::max(t.decode_steps, 1),
-      1e3 * t.decode_host_s / std::max(t.decode_steps, 1), total - t.prefill_s - t.decode_s);
+      t.decode_steps, t.decode_tokens, t.decode_s, 1e3 * t.decode_step_s(), 1e3 * t.decode_host_step_s(),
+      total - t.prefill_s - t.decode_s);
   if (Backend& backend = engine.runner_backend(); backend.is_device()) {
     const double gbs = backend.measure_read_bandwidth_gbs(size_t{4} << 30);  // over a 4 GiB buffer
     // Tensor-parallel ranks read their shards at once: the floor divides by the number of GPUs.

@@ -135,17 +135,13 @@ void ModelRunner::warmup() {
 }
 
 void ModelRunner::pad_decode_rows(int from, int to) {
-  const int blocks_per_seq = meta_->limits().max_blocks_per_seq;
   for (int s = from; s < to; ++s) {
     meta_->input_ids()[s] = 0;
     meta_->positions()[s] = 0;
     meta_->slot_mapping()[s] = -1;
     meta_->cu_seqlens_q()[s + 1] = meta_->cu_seqlens_q()[from];
     meta_->seq_lens_k()[s] = 0;
-    meta_->logits_rows()[s] = s;
-    int32_t* table = meta_->block_tables() + static_cast<size_t>(s) * blocks_per_seq;
-    table[0] = 0;
-    for (int b = 1; b < blocks_per_seq; ++b) table[b] = -1;
+    meta_->logits_rows()[s] = s;  // block tables are left as they are: a sequence without keys reads none
   }
 }
 

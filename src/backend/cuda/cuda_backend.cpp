@@ -687,9 +687,8 @@ bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, con
 
 bool CudaBackend::supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype,
                                      int64_t largest_weight_elements) const {
-  // The GEMV's row limits (gemv.h): every linear around the norms must take the rows.
-  const bool wide = weight_dtype == DType::BF16 && largest_weight_elements < cuda::kGemvMaxWideWeight;
-  const int64_t max_tokens = wide ? cuda::kGemvMaxTokens : cuda::kGemvMaxTokensAnyWeight;
+  // Every linear around the norms must be a GEMV at these rows: the largest decides.
+  const int max_tokens = cuda::gemv_max_tokens(largest_weight_elements, weight_dtype == DType::F8_E4M3);
   return (weight_dtype == DType::BF16 || weight_dtype == DType::F8_E4M3) && tokens >= 1 && tokens <= max_tokens &&
          hidden % 8 == 0 && hidden >= 8 && hidden <= cuda::kGemvMaxNormWidth;
 }

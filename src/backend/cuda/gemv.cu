@@ -512,10 +512,9 @@ void launch_with_out(const GemvArgs& a, int row_groups, int sm_count, cudaStream
   return launch_with_groups<4, OutT, kSwiglu, kNorm>(a, row_groups, sm_count, stream);
 }
 
-// The most rows the GEMV takes for this weight (kGemvMaxTokens says why).
-int gemv_max_tokens(const GemvArgs& a) {
-  const int64_t weight_elements = int64_t{a.n} * (a.swiglu ? 2 : 1) * a.k;
-  return a.weight_fp8 == nullptr && weight_elements < kGemvMaxWideWeight ? kGemvMaxTokens : kGemvMaxTokensAnyWeight;
+// gemv_max_tokens of these arguments' weight.
+int max_tokens_of(const GemvArgs& a) {
+  return gemv_max_tokens(int64_t{a.n} * (a.swiglu ? 2 : 1) * a.k, a.weight_fp8 != nullptr);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -523,6 +522,10 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 bool norm_sums_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % alignof(GemvNormSum) == 0; }
 
 }  // namespace
+
+int gemv_max_tokens(int64_t weight_elements, bool fp8_codes) {
+  return !fp8_codes && weight_elements < kGemvMaxWideWeight ? kGemvMaxTokens : kGemvMaxTokensAnyWeight;
+}
 
 bool gemv_supports(const GemvArgs& a) {
   // FP8: whole 16-code lane chunks (k % 16 == 0).
@@ -552,7 +555,7 @@ bool gemv_supports(const GemvArgs& a) {
                                    a.sum_squares != nullptr && norm_sums_aligned(a.sum_squares) &&
                                    norm_sums_aligned(a.stale_sums) && a.stale_sum_count >= 0 && stale_apart()
                              : norm_sums_aligned(a.input_sum_squares)));
-  return a.tokens >= 1 && a.tokens <= gemv_max_tokens(a) && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.x != nullptr &&
+  return a.tokens >= 1 && a.tokens <= max_tokens_of(a) && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.x != nullptr &&
          weight_ok && a.out != nullptr && aligned16(a.x) && (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32) &&
          swiglu_ok && norm_ok;
 }
@@ -561,7 +564,7 @@ void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   if (!gemv_supports(a)) {
     throw InvalidInput(
         "gemv: unsupported call tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) +
-        " k=" + std::to_string(a.k) + " (needs 1 <= tokens <= " + std::to_string(gemv_max_tokens(a)) +
+        " k=" + std::to_string(a.k) + " (needs 1 <= tokens <= " + std::to_string(max_tokens_of(a)) +
         ", k % 8 == 0, 16-byte aligned x and weight, BF16 or F32 out" +
         (a.swiglu ? "; fused SiLU: n % 16 == 0, no bias, BF16 out, FP8 codes under 32 M elements" : "") +
         (norm_fold_of(a) == NormFold::kAddResidual

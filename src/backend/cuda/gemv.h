@@ -73,6 +73,10 @@ struct GemvArgs {
   float eps = 0.0f;
 };
 
+// The most rows the GEMV takes for a weight of weight_elements elements (the fused SiLU's 2n x k), bf16 or FP8 codes:
+// kGemvMaxTokens or kGemvMaxTokensAnyWeight (above says why).
+int gemv_max_tokens(int64_t weight_elements, bool fp8_codes);
+
 // True when the GEMV handles these arguments: 1 <= tokens <= kGemvMaxTokensAnyWeight (up to kGemvMaxTokens for bf16
 // weights of fewer than kGemvMaxWideWeight elements, the fused SiLU's 2n x k), n >= 1, k a positive multiple
 // of 8 (16 for FP8 codes with their scales), x and weight 16-byte aligned, out_dtype BF16 or F32. Any n (but
