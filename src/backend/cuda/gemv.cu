@@ -416,8 +416,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
 }
 
 // Row groups per warp: more groups cut x's L2 traffic (every CTA reads all of x: T / (8 R) bf16 values per W
-// element) but also the number of CTAs; keep at least one CTA per SM. FP8 codes take half the groups: their
-// rounds hold twice the k of a bf16 round in the same registers, and more, smaller CTAs measured faster (H200,
+// element) but also the number of CTAs; keep at least one CTA per SM (but see below). FP8 codes take half the groups:
+// their rounds hold twice the k of a bf16 round in the same registers, and more, smaller CTAs measured faster (H200,
 // Qwen3-8B, µs: T = 4 with 1 group instead of 2, o_proj 8.52 -> 7.49, down 20.36 -> 16.80, gate_up 34.40 ->
 // 31.70; T = 16 with 2 instead of 4, qkv 14.51 -> 12.33, gate_up 40.65 -> 37.60), where bf16 lost (T = 16 with 2
 // groups: gate_up 54.87 -> 57.20, batch-16 decode +2%).
@@ -425,16 +425,26 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
 // 0.4 CTAs an SM, fewer where that grid is between one and two waves (one CTA an SM fits). Measured on an H100
 // (Qwen3-0.6B at T = 32, us, 1 / 2 / 4 groups): qkv 7.09 / 6.58 / 5.42, o_proj 4.46 / 4.42 / 6.12, gate_up 9.83 /
 // 8.27 / 9.29 (192 CTAs in 1.45 waves at 4), down 7.17 / 5.92 / 7.98.
-int row_groups_for(int tokens, int n, int sm_count, bool fp8) {
+// Up to 16 tokens, a projection whose one-group grid is a single wave and whose rows are short (Qwen3-0.6B's
+// o_proj: 128 CTAs, k = 2048) takes two groups from 3 tokens on, though half the SMs are then left without a CTA:
+// x is read half as often and each CTA's share of the weight (16 rows, at most 64 KiB) is still in flight at once.
+// Measured on an H100 (Qwen3-0.6B): alone at T = 8 / 16 3.64 / 3.77 -> 3.18 / 3.37 us; decode ms/token, two rounds,
+// batch 4 0.919 / 0.931 -> 0.908 / 0.913, 8 0.968 / 0.980 -> 0.958 / 0.963, 12 1.085 / 1.091 -> 1.049 / 1.049, 16
+// 1.138 / 1.149 -> 1.108 / 1.130. Its down projection (k = 3072, 96 KiB a CTA) lost that way (alone at T = 16 4.48
+// -> 4.95 us, batch 12 1.049 -> 1.065 / 1.076), and so did one group for qkv and gate_up at 3-8 tokens (batch 8
+// 0.958 / 0.963 -> 0.991 / 0.993), though alone they were faster (results.md R128, R129).
+constexpr int kTwoGroupMaxK = 2048;
+int row_groups_for(int tokens, int n, int k, int sm_count, bool fp8) {
+  const auto ctas = [&](int groups) { return (n + kRowsPerGroup * groups - 1) / (kRowsPerGroup * groups); };
   if (tokens > kGemvMaxTokensAnyWeight) {
-    const auto ctas = [&](int groups) { return (n + kRowsPerGroup * groups - 1) / (kRowsPerGroup * groups); };
     int groups = kMaxRowGroups;
     while (groups > 1 && 5 * ctas(groups) < 2 * sm_count) groups /= 2;
     if (groups > 1 && ctas(groups) > sm_count && ctas(groups) < 2 * sm_count) groups /= 2;
     return groups;
   }
   int groups = fp8 ? (tokens <= 8 ? 1 : 2) : (tokens <= 2 ? 1 : tokens <= 8 ? 2 : 4);
-  while (groups > 1 && (n + kRowsPerGroup * groups - 1) / (kRowsPerGroup * groups) < sm_count) groups /= 2;
+  while (groups > 1 && ctas(groups) < sm_count) groups /= 2;
+  if (!fp8 && tokens >= 3 && groups == 1 && ctas(1) <= sm_count && k <= kTwoGroupMaxK) groups = 2;
   return groups;
 }
 
@@ -577,7 +587,7 @@ void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   }
   sm_count = std::max(sm_count, 1);
   // The fused call takes the row groups of the plain call over its 2n weight rows: the same CTAs and k-split.
-  const int row_groups = row_groups_for(a.tokens, a.swiglu ? 2 * a.n : a.n, sm_count, a.weight_fp8 != nullptr);
+  const int row_groups = row_groups_for(a.tokens, a.swiglu ? 2 * a.n : a.n, a.k, sm_count, a.weight_fp8 != nullptr);
   using Bf16 = __nv_bfloat16;
   switch (norm_fold_of(a)) {
     case NormFold::kAddResidual:
