@@ -443,8 +443,9 @@ int row_groups_for(int tokens, int n, int k, int sm_count, bool fp8) {
     return groups;
   }
   int groups = fp8 ? (tokens <= 8 ? 1 : 2) : (tokens <= 2 ? 1 : tokens <= 8 ? 2 : 4);
-  while (groups > 1 && ctas(groups) < sm_count) groups /= 2;
-  if (!fp8 && tokens >= 3 && groups == 1 && ctas(1) <= sm_count && k <= kTwoGroupMaxK) groups = 2;
+  const bool short_one_wave = !fp8 && ctas(1) <= sm_count && k <= kTwoGroupMaxK;
+  const int fewest = short_one_wave && tokens >= 3 ? 2 : 1;
+  while (groups > fewest && ctas(groups) < sm_count) groups /= 2;
   return groups;
 }
 
