@@ -178,8 +178,11 @@ constexpr int max_registers(int token_groups, bool fp8, NormFold fold) {
 // summed by shuffles) to the token's sum (GemvNormSum); its CTA 0 zeroes the stale sums. Every CTA pays what a fold
 // adds, and a grid of many waves pays it once a wave, so the epilogue starts no load: what it reads was copied while
 // the weights streamed.
+// kTokenSlices (bf16 weights, 9-16 tokens a slice): CTA row y of the grid takes the call's tokens [16 y, 16 y + 16)
+// as a call of its own would, over the same weight rows as every other slice (layout_for says where). A template
+// parameter so that the kernels that never slice keep their registers.
 template <int kTokenGroups, int kRowGroups, typename OutT, bool kFp8 = false, bool kIntegerCodes = false,
-          bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
+          bool kSwiglu = false, NormFold kNorm = NormFold::kNone, bool kTokenSlices = false>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(kTokenGroups, kFp8, kNorm))
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const void* __restrict__ weight_any,
                 const float* __restrict__ block_scale, const __nv_bfloat16* __restrict__ bias, OutT* __restrict__ out,
@@ -207,7 +210,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
   static_assert(kNorm == NormFold::kNone || std::is_same_v<OutT, __nv_bfloat16>, "a folded norm writes bf16");
   static_assert(kNorm != NormFold::kAddResidual || !kSwiglu, "the residual's call is a plain one");
 
+  static_assert(!kTokenSlices || (kTokenGroups == 2 && !kFp8), "slices of 9-16 tokens, bf16 weights");
   allow_next_grid();
+  if constexpr (kTokenSlices) {
+    const int first = static_cast<int>(blockIdx.y) * kTokenGroups * 8;
+    tokens = min(tokens - first, kTokenGroups * 8);
+    x += static_cast<int64_t>(first) * k;
+    out += static_cast<int64_t>(first) * n;
+    if (norm.residual != nullptr) norm.residual += static_cast<int64_t>(first) * n;
+    if (norm.sum_squares != nullptr) norm.sum_squares += first;
+    if (norm.input_sum_squares != nullptr) norm.input_sum_squares += first;
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, c = lane & 3;
   static_assert(!kSwiglu || std::is_same_v<OutT, __nv_bfloat16>, "the fused SiLU writes bf16");
@@ -338,7 +351,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
   }
 
   if constexpr (kNorm == NormFold::kAddResidual) {
-    if (blockIdx.x == 0)
+    if (blockIdx.x == 0 && (!kTokenSlices || blockIdx.y == 0))
       for (int i = threadIdx.x; i < 2 * norm.stale_sum_count; i += blockDim.x)
         (i % 2 == 0 ? norm.stale_sums[i / 2].whole : norm.stale_sums[i / 2].fraction) = 0;
   }
@@ -434,8 +447,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
 // -> 4.95 us, batch 12 1.049 -> 1.065 / 1.076), and so did one group for qkv and gate_up at 3-8 tokens (batch 8
 // 0.958 / 0.963 -> 0.991 / 0.993), though alone they were faster (results.md R128, R129).
 constexpr int kTwoGroupMaxK = 2048;
+int ctas_for(int n, int groups) { return (n + kRowsPerGroup * groups - 1) / (kRowsPerGroup * groups); }
 int row_groups_for(int tokens, int n, int k, int sm_count, bool fp8) {
-  const auto ctas = [&](int groups) { return (n + kRowsPerGroup * groups - 1) / (kRowsPerGroup * groups); };
+  const auto ctas = [&](int groups) { return ctas_for(n, groups); };
   if (tokens > kGemvMaxTokensAnyWeight) {
     int groups = kMaxRowGroups;
     while (groups > 1 && 5 * ctas(groups) < 2 * sm_count) groups /= 2;
@@ -447,6 +461,30 @@ int row_groups_for(int tokens, int n, int k, int sm_count, bool fp8) {
   const int fewest = short_one_wave && tokens >= 3 ? 2 : 1;
   while (groups > fewest && ctas(groups) < sm_count) groups /= 2;
   return groups;
+}
+
+// Row groups, and token slices of 16 (gridDim.y). Above 16 tokens every CTA reads the x of all of them, twice what
+// it reads of its weight rows at two groups. Where the grid row_groups_for gives then leaves SMs without a CTA
+// (Qwen3-0.6B's o_proj and down at n = 1024: 64 CTAs of 16 rows), the call runs as two slices of 16 tokens, each
+// slice's CTAs reading their half of x and the same weight rows, at the fewest row groups whose two slices fit one
+// wave (two groups there: 128 CTAs). Each CTA then reads half the x, the weight is still requested from memory
+// once a row (both slices' CTAs are resident at once, so the second read of a row hits L2), and twice the SMs stream.
+// Measured on an H100 (results.md R139, R140; bench_gemv at T = 24 / 32, us): o_proj 4.36 / 4.56 -> 3.93 / 3.99,
+// down 5.87 / 5.97 -> 5.56 / 5.82; decode ms/token, two rounds, batch 17 1.354 / 1.353 -> 1.310 / 1.312, 24 1.451 /
+// 1.439 -> 1.395 / 1.399, 32 1.531 / 1.540 -> 1.483 / 1.485. qkv (4 groups, 128 CTAs) has no such layout, and
+// sliced at 1 / 2 / 4 groups it measured slower at every T (5.97 -> 8.67 / 8.11 / 7.73 us at T = 32), as did gate_up.
+struct GemvLayout {
+  int row_groups;
+  int token_slices;
+};
+constexpr int kSliceTokens = 16;  // a slice runs the kernel for 9-16 tokens
+GemvLayout layout_for(int tokens, int n, int k, int sm_count, bool fp8) {
+  const int groups = row_groups_for(tokens, n, k, sm_count, fp8);
+  if (fp8 || tokens <= kSliceTokens || ctas_for(n, groups) >= sm_count) return {groups, 1};
+  const int slices = (tokens + kSliceTokens - 1) / kSliceTokens;
+  for (int sliced = 1; sliced <= kMaxRowGroups; sliced *= 2)
+    if (slices * ctas_for(n, sliced) <= sm_count) return {sliced, slices};
+  return {groups, 1};
 }
 
 // Warps a CTA: one per kUnroll steps of k, at most kMaxWarps, so that a CTA's weights are in flight at once. But a
@@ -476,7 +514,7 @@ NormFold norm_fold_of(const GemvArgs& a) {
 }
 
 template <int kTokenGroups, int kRowGroups, typename OutT, bool kSwiglu, NormFold kNorm>
-void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
+void launch(const GemvArgs& a, int token_slices, int sm_count, cudaStream_t stream) {
   const bool fp8 = a.weight_fp8 != nullptr;
   const int unroll = unroll_for(kRowGroups, kTokenGroups);
   const int steps = (a.k + step_k(fp8) - 1) / step_k(fp8);
@@ -484,7 +522,7 @@ void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   // kSwiglu: n outputs from 2n weight rows, half a CTA's rows each (n % (4 kRowGroups) == 0: no partial CTA).
   const int ctas = kSwiglu ? a.n / (rows_per_cta / 2) : (a.n + rows_per_cta - 1) / rows_per_cta;
   const int warps = warps_for(fp8, (steps + unroll - 1) / unroll, ctas, sm_count);
-  const dim3 grid(static_cast<unsigned>(ctas));
+  const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(token_slices));
   const dim3 block(static_cast<unsigned>(warps * 32));
   const void* weight = fp8 ? static_cast<const void*>(a.weight_fp8) : static_cast<const void*>(a.weight);
   // FP8 codes take the integer pipes in weights under kIntegerCodesMaxWeight elements (the fused call's is 2n x k),
@@ -492,6 +530,9 @@ void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   // kernel has the second.
   const bool integer_codes = fp8 && static_cast<int64_t>(a.n) * (kSwiglu ? 2 : 1) * a.k < kIntegerCodesMaxWeight;
   auto kernel = gemv_kernel<kTokenGroups, kRowGroups, OutT, false, false, kSwiglu, kNorm>;
+  if constexpr (kTokenGroups == 2) {  // bf16 weights only (layout_for)
+    if (token_slices > 1) kernel = gemv_kernel<2, kRowGroups, OutT, false, false, kSwiglu, kNorm, true>;
+  }
   if constexpr (kTokenGroups <= 2) {  // FP8 codes: up to 16 tokens (gemv_supports)
     if (integer_codes) kernel = gemv_kernel<kTokenGroups, kRowGroups, OutT, true, true, kSwiglu, kNorm>;
     if constexpr (!kSwiglu) {
@@ -505,22 +546,23 @@ void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
 }
 
 template <int kTokenGroups, typename OutT, bool kSwiglu, NormFold kNorm>
-void launch_with_groups(const GemvArgs& a, int row_groups, int sm_count, cudaStream_t stream) {
-  switch (row_groups) {
+void launch_with_groups(const GemvArgs& a, GemvLayout layout, int sm_count, cudaStream_t stream) {
+  switch (layout.row_groups) {
     case 1:
-      return launch<kTokenGroups, 1, OutT, kSwiglu, kNorm>(a, sm_count, stream);
+      return launch<kTokenGroups, 1, OutT, kSwiglu, kNorm>(a, layout.token_slices, sm_count, stream);
     case 2:
-      return launch<kTokenGroups, 2, OutT, kSwiglu, kNorm>(a, sm_count, stream);
+      return launch<kTokenGroups, 2, OutT, kSwiglu, kNorm>(a, layout.token_slices, sm_count, stream);
     default:
-      return launch<kTokenGroups, 4, OutT, kSwiglu, kNorm>(a, sm_count, stream);
+      return launch<kTokenGroups, 4, OutT, kSwiglu, kNorm>(a, layout.token_slices, sm_count, stream);
   }
 }
 
 template <typename OutT, bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
-void launch_with_out(const GemvArgs& a, int row_groups, int sm_count, cudaStream_t stream) {
-  if (a.tokens <= 8) return launch_with_groups<1, OutT, kSwiglu, kNorm>(a, row_groups, sm_count, stream);
-  if (a.tokens <= 16) return launch_with_groups<2, OutT, kSwiglu, kNorm>(a, row_groups, sm_count, stream);
-  return launch_with_groups<4, OutT, kSwiglu, kNorm>(a, row_groups, sm_count, stream);
+void launch_with_out(const GemvArgs& a, GemvLayout layout, int sm_count, cudaStream_t stream) {
+  const int tokens = layout.token_slices > 1 ? kSliceTokens : a.tokens;  // a slice runs as a call of its own
+  if (tokens <= 8) return launch_with_groups<1, OutT, kSwiglu, kNorm>(a, layout, sm_count, stream);
+  if (tokens <= 16) return launch_with_groups<2, OutT, kSwiglu, kNorm>(a, layout, sm_count, stream);
+  return launch_with_groups<4, OutT, kSwiglu, kNorm>(a, layout, sm_count, stream);
 }
 
 // gemv_max_tokens of these arguments' weight.
@@ -587,21 +629,21 @@ void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
         ")");
   }
   sm_count = std::max(sm_count, 1);
-  // The fused call takes the row groups of the plain call over its 2n weight rows: the same CTAs and k-split.
-  const int row_groups = row_groups_for(a.tokens, a.swiglu ? 2 * a.n : a.n, a.k, sm_count, a.weight_fp8 != nullptr);
+  // The fused call takes the layout of the plain call over its 2n weight rows: the same CTAs and k-split.
+  const GemvLayout layout = layout_for(a.tokens, a.swiglu ? 2 * a.n : a.n, a.k, sm_count, a.weight_fp8 != nullptr);
   using Bf16 = __nv_bfloat16;
   switch (norm_fold_of(a)) {
     case NormFold::kAddResidual:
-      return launch_with_out<Bf16, false, NormFold::kAddResidual>(a, row_groups, sm_count, stream);
+      return launch_with_out<Bf16, false, NormFold::kAddResidual>(a, layout, sm_count, stream);
     case NormFold::kScaleByInputRms:
-      if (a.swiglu) return launch_with_out<Bf16, true, NormFold::kScaleByInputRms>(a, row_groups, sm_count, stream);
-      return launch_with_out<Bf16, false, NormFold::kScaleByInputRms>(a, row_groups, sm_count, stream);
+      if (a.swiglu) return launch_with_out<Bf16, true, NormFold::kScaleByInputRms>(a, layout, sm_count, stream);
+      return launch_with_out<Bf16, false, NormFold::kScaleByInputRms>(a, layout, sm_count, stream);
     case NormFold::kNone:
       break;
   }
-  if (a.swiglu) return launch_with_out<Bf16, true>(a, row_groups, sm_count, stream);
-  if (a.out_dtype == DType::F32) return launch_with_out<float>(a, row_groups, sm_count, stream);
-  launch_with_out<Bf16>(a, row_groups, sm_count, stream);
+  if (a.swiglu) return launch_with_out<Bf16, true>(a, layout, sm_count, stream);
+  if (a.out_dtype == DType::F32) return launch_with_out<float>(a, layout, sm_count, stream);
+  launch_with_out<Bf16>(a, layout, sm_count, stream);
 }
 
 }  // namespace nanovllm::cuda

@@ -167,7 +167,7 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
     const int fp8_copies = fp8 ? std::max(1, copies / 2) * 2 : 0;  // as many bytes as the bf16 copies
     std::vector<std::pair<const uint8_t*, const float*>> fp8_weights;
     for (int i = 0; i < fp8_copies; ++i) fp8_weights.push_back(fill_fp8(s.n, s.k));
-    for (int t : {1, 4, 8, 16, 24, 32, 64}) {
+    for (int t : {1, 4, 8, 16, 17, 24, 32, 64}) {
       if (s.n > 100000 && t > 8) continue;
       const __nv_bfloat16* x = fill(int64_t{t} * s.k);
       keep.push_back(gpu.allocate(static_cast<size_t>(t) * s.n * dtype_size(s.out)));

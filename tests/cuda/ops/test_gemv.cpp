@@ -1,5 +1,6 @@
 // The skinny-linear GEMV (src/backend/cuda/gemv.cu) against the fp32 CPU backend on the same bf16 inputs:
-// every token count the kernel has a code path for (T <= 8, 9..16 and 17..32, one or more row groups), N that are
+// every token count the kernel has a code path for (T <= 8, 9..16 and 17..32, one or more row groups, 17..32 as two
+// slices of 16 tokens where the grid is under one wave), N that are
 // not multiples of the 8-row tile (1, 17), K with a partial last 32-wide step (8, 200), Qwen3-0.6B's shapes,
 // with and without bias, bf16 and fp32 outputs. Outputs are NaN-poisoned first, so an unwritten element
 // fails. Tolerances as in test_linear.cpp: 1e-2 relative L2 for bf16 out, 1e-4 for fp32 out.
@@ -37,13 +38,13 @@ class GemvTest : public CudaOpsTest {
   }
 
   // Runs the GEMV for every token count in `token_counts` with and without bias, into bf16 and fp32
-  // outputs, against the CPU's fp32 linear of the same values.
-  void check_shape(int n, int k, std::initializer_list<int> token_counts) {
+  // outputs, against the CPU's fp32 linear of the same values; launched for `sms` SMs (0: this GPU's).
+  void check_shape(int n, int k, std::initializer_list<int> token_counts, int sms = 0) {
     const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
     const auto b = random_bf16_values(rng_, n);
     const Tensor gpu_w = gpu_bf16(w, {n, k}), gpu_b = gpu_bf16(b, {n});
     const Tensor cpu_w = cpu_f32(w, {n, k}), cpu_b = cpu_f32(b, {n});
-    const int sms = sm_count();
+    if (sms == 0) sms = sm_count();
     for (int t : token_counts) {
       if (t > cuda::kGemvMaxTokensAnyWeight && int64_t{n} * k >= cuda::kGemvMaxWideWeight) continue;  // gemv.h
       const auto x = random_bf16_values(rng_, int64_t{t} * k);
@@ -100,6 +101,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemvShapeTest, ::testing::ValuesIn(gemv_shapes(
                          });
 
 // The lm_head of Qwen3-0.6B at decode: 151936 rows, fp32 logits.
+// Above 16 tokens a grid under one wave runs as two slices of 16 tokens (gemv.cu's layout_for). The grid follows the
+// SM count the launch is given, so both layouts run here on any GPU: 132 SMs slice these calls (two slices of 64 CTAs
+// of 16 rows), one SM never does.
+TEST_F(GemvTest, TokenSlicesAndOneSliceMatchCpu) {
+  for (const int sms : {132, 1}) {
+    SCOPED_TRACE("launched for " + std::to_string(sms) + " SMs");
+    check_shape(1024, 2048, {17, 24, 32}, sms);
+    check_shape(1000, 200, {17, 31}, sms);
+    if (HasFailure()) return;
+  }
+}
+
 TEST_F(GemvTest, LmHeadDecode) { check_shape(151936, 1024, {1}); }
 
 // Gemm::run routes small M to the GEMV; its result agrees with cuBLASLt's on the same inputs, every call
