@@ -467,8 +467,9 @@ int row_groups_for(int tokens, int n, int k, int sm_count, bool fp8) {
 // it reads of its weight rows at two groups. Where the grid row_groups_for gives then leaves SMs without a CTA
 // (Qwen3-0.6B's o_proj and down at n = 1024: 64 CTAs of 16 rows), the call runs as two slices of 16 tokens, each
 // slice's CTAs reading their half of x and the same weight rows, at the fewest row groups whose two slices fit one
-// wave (two groups there: 128 CTAs). Each CTA then reads half the x, the weight is still requested from memory
-// once a row (both slices' CTAs are resident at once, so the second read of a row hits L2), and twice the SMs stream.
+// wave (two groups there: 128 CTAs). Each CTA then reads half the x and twice the SMs stream; the weight should still
+// come from memory about once, both slices' CTAs being resident together (the second read of a row finding it in L2:
+// expected, not measured).
 // Measured on an H100 (results.md R139, R140; bench_gemv at T = 24 / 32, us): o_proj 4.36 / 4.56 -> 3.93 / 3.99,
 // down 5.87 / 5.97 -> 5.56 / 5.82; decode ms/token, two rounds, batch 17 1.354 / 1.353 -> 1.310 / 1.312, 24 1.451 /
 // 1.439 -> 1.395 / 1.399, 32 1.531 / 1.540 -> 1.483 / 1.485. qkv (4 groups, 128 CTAs) has no such layout, and
