@@ -25,18 +25,16 @@ constexpr int kMaxWarps = 16;           // warps of a CTA split K
 constexpr int kMaxRowGroups = 4;        // row_groups_for's largest
 constexpr int kWeightLoadsPerLane = 8;  // 16-byte W loads a lane issues before its first mma of a round
 constexpr int kFp8Block = static_cast<int>(kFp8BlockSize);  // FP8 weights: rows and columns per scale
-// FP8 weights below this many elements take their codes to bf16 on the integer pipes (kIntegerCodes). Measured on
-// an H200 (bench_gemv, µs, conversion instructions -> integer pipes, T = 1): Qwen3-8B qkv 10.45 -> 9.96, o_proj
-// 7.18 -> 6.55, but gate_up (100 M elements) 30.48 -> 31.16 and down (50 M) 16.40 -> 16.87; Qwen3-0.6B's every
-// projection 2-12% faster at T = 1-8 (qkv 3.89 -> 3.44, down 3.31 -> 3.18), within 1% at T = 16.
+// FP8 weights below this many elements take their codes to bf16 on the integer pipes (kIntegerCodes): faster for
+// every Qwen3-0.6B projection and Qwen3-8B's qkv and o_proj, slower for 8B's gate_up and down (docs/kernels/gemv.md,
+// "FP8 weights"; results.md R74).
 constexpr int64_t kIntegerCodesMaxWeight = int64_t{32} << 20;
 
 // k per step: 4 lanes x one 16-byte W load each (8 bf16, or 16 FP8 codes).
 constexpr int step_k(bool fp8) { return fp8 ? 2 * kStepK : kStepK; }
 // Consecutive k steps a warp takes per round: kWeightLoadsPerLane 16-byte W loads in flight. Above 16 tokens a
 // round's x loads are twice as many, and two steps a round is what the registers of a 16-warp CTA hold with 2 row
-// groups (4 W loads in flight); 4 groups keep 8 (Qwen3-0.6B's gate_up at T = 32 and one step a round: 10.16 ->
-// 9.39 us, H100).
+// groups (4 W loads in flight); 4 groups keep 8, which measured faster than one step a round (results.md R116).
 constexpr int unroll_for(int row_groups, int token_groups) {
   return token_groups > 2 ? std::max(2, kWeightLoadsPerLane / 2 / row_groups)
                           : std::max(2, kWeightLoadsPerLane / row_groups);
@@ -429,23 +427,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
 }
 
 // Row groups per warp: more groups cut x's L2 traffic (every CTA reads all of x: T / (8 R) bf16 values per W
-// element) but also the number of CTAs; keep at least one CTA per SM (but see below). FP8 codes take half the groups:
-// their rounds hold twice the k of a bf16 round in the same registers, and more, smaller CTAs measured faster (H200,
-// Qwen3-8B, µs: T = 4 with 1 group instead of 2, o_proj 8.52 -> 7.49, down 20.36 -> 16.80, gate_up 34.40 ->
-// 31.70; T = 16 with 2 instead of 4, qkv 14.51 -> 12.33, gate_up 40.65 -> 37.60), where bf16 lost (T = 16 with 2
-// groups: gate_up 54.87 -> 57.20, batch-16 decode +2%).
+// element) but also the number of CTAs; keep at least one CTA per SM, with two exceptions below. FP8 codes take half
+// the groups: their rounds hold twice the k of a bf16 round in the same registers, and more, smaller CTAs measured
+// faster there, where bf16 lost (results.md R65).
 // Above 16 tokens (bf16 weights) x's traffic is twice as large and sets the choice: the most groups that leave
-// 0.4 CTAs an SM, fewer where that grid is between one and two waves (one CTA an SM fits). Measured on an H100
-// (Qwen3-0.6B at T = 32, us, 1 / 2 / 4 groups): qkv 7.09 / 6.58 / 5.42, o_proj 4.46 / 4.42 / 6.12, gate_up 9.83 /
-// 8.27 / 9.29 (192 CTAs in 1.45 waves at 4), down 7.17 / 5.92 / 7.98.
+// 0.4 CTAs an SM, fewer where that grid is between one and two waves (one CTA an SM fits) (results.md R116).
 // Up to 16 tokens, a projection whose one-group grid is a single wave and whose rows are short (Qwen3-0.6B's
 // o_proj: 128 CTAs, k = 2048) takes two groups from 3 tokens on, though half the SMs are then left without a CTA:
 // x is read half as often and each CTA's share of the weight (16 rows, at most 64 KiB) is still in flight at once.
-// Measured on an H100 (Qwen3-0.6B): alone at T = 8 / 16 3.64 / 3.77 -> 3.18 / 3.37 us; decode ms/token, two rounds,
-// batch 4 0.919 / 0.931 -> 0.908 / 0.913, 8 0.968 / 0.980 -> 0.958 / 0.963, 12 1.085 / 1.091 -> 1.049 / 1.049, 16
-// 1.138 / 1.149 -> 1.108 / 1.130. Its down projection (k = 3072, 96 KiB a CTA) lost that way (alone at T = 16 4.48
-// -> 4.95 us, batch 12 1.049 -> 1.065 / 1.076), and so did one group for qkv and gate_up at 3-8 tokens (batch 8
-// 0.958 / 0.963 -> 0.991 / 0.993), though alone they were faster (results.md R128, R129).
+// The same for longer rows (down, k = 3072), and one group for qkv and gate_up at 3-8 tokens, lost in the decode
+// step though some were faster alone (docs/kernels/gemv.md, "Row groups"; results.md R128, R129).
 constexpr int kTwoGroupMaxK = 2048;
 int ctas_for(int n, int groups) { return (n + kRowsPerGroup * groups - 1) / (kRowsPerGroup * groups); }
 int row_groups_for(int tokens, int n, int k, int sm_count, bool fp8) {
@@ -468,12 +459,9 @@ int row_groups_for(int tokens, int n, int k, int sm_count, bool fp8) {
 // (Qwen3-0.6B's o_proj and down at n = 1024: 64 CTAs of 16 rows), the call runs as two slices of 16 tokens, each
 // slice's CTAs reading their half of x and the same weight rows, at the fewest row groups whose two slices fit one
 // wave (two groups there: 128 CTAs). Each CTA then reads half the x and twice the SMs stream; the weight should still
-// come from memory about once, both slices' CTAs being resident together (the second read of a row finding it in L2:
-// expected, not measured).
-// Measured on an H100 (results.md R139, R140; bench_gemv at T = 24 / 32, us): o_proj 4.36 / 4.56 -> 3.93 / 3.99,
-// down 5.87 / 5.97 -> 5.56 / 5.82; decode ms/token, two rounds, batch 17 1.354 / 1.353 -> 1.310 / 1.312, 24 1.451 /
-// 1.439 -> 1.395 / 1.399, 32 1.531 / 1.540 -> 1.483 / 1.485. qkv (4 groups, 128 CTAs) has no such layout, and
-// sliced at 1 / 2 / 4 groups it measured slower at every T (5.97 -> 8.67 / 8.11 / 7.73 us at T = 32), as did gate_up.
+// come from memory about once, both slices' CTAs being resident together (expected, not measured). qkv and gate_up
+// have no such layout and measured slower sliced; so did slices of 8 for 9-16 tokens, where one mma tile already
+// holds every token (docs/kernels/gemv.md, "Token slices"; results.md R138-R141).
 struct GemvLayout {
   int row_groups;
   int token_slices;
@@ -491,15 +479,10 @@ GemvLayout layout_for(int tokens, int n, int k, int sm_count, bool fp8) {
 // Warps a CTA: one per kUnroll steps of k, at most kMaxWarps, so that a CTA's weights are in flight at once. But a
 // grid several waves deep runs better as smaller CTAs that share an SM: the kernel's registers leave room for one
 // 16-warp CTA an SM, so each wave's tail and the next CTAs' first loads were not overlapped. There the k steps go
-// to balanced rounds of at most 4 warps (FP8) or 8 (bf16). Measured on an H100, Qwen3-8B at T = 1 (µs, 16 warps
-// -> capped): FP8 qkv 12.5 -> 12.3, o_proj 9.6 -> 8.6, gate_up 37.2 -> 36.8, down 26.7 -> 20.8; bf16 qkv 21.0 ->
-// 19.1, o_proj 15.1 -> 13.9, gate_up 70.8 -> 69.7, down 38.6 -> 38.8. On an H200 with 2 and 4 row groups (T = 3
-// to 16): FP8 gate_up at T = 4 41.5 -> 33.6, qkv 12.3 -> 11.5; bf16 gate_up at T = 16 57.4 -> 54.6. On an H100 the
-// same change helped FP8 (gate_up at T = 4 44.9 -> 39.1, batch-4 decode -7%) but cost bf16 at T = 4-8 (gate_up
-// 69.7 -> 75.2, batch-8 decode +3%), where the H200 gained 2%: kept for the H200. A one-wave
-// grid (Qwen3-0.6B's o_proj and down: 128 CTAs) lost by the same change (FP8 down 3.6 -> 4.5), and so did, it
-// seems, a grid of many waves, whose tails are already amortised (Qwen3-8B's lm_head, 144 waves: 427 µs capped,
-// 410-411 not, in separate calls whose cuBLASLt reference agreed within 0.3%): both keep their warps.
+// to balanced rounds of at most 4 warps (FP8) or 8 (bf16) (Qwen3-8B's projections, results.md R57, R64; on an H100
+// bf16 at T = 4-8 lost 3% where the H200 gained 2%, and the rule was kept for the H200, R71). A one-wave grid
+// (Qwen3-0.6B's o_proj and down) measured slower capped, and so, it seems, did a grid of many waves, whose tails are
+// already amortised (Qwen3-8B's lm_head): both keep their warps (docs/kernels/gemv.md, "Loads in flight").
 int warps_for(bool fp8, int warp_steps, int ctas, int sm_count) {
   const int warps = std::clamp(warp_steps, 1, kMaxWarps);
   if (ctas < 2 * sm_count || ctas > 32 * sm_count) return warps;
