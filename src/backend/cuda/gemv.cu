@@ -459,19 +459,21 @@ int row_groups_for(int tokens, int n, int k, int sm_count, bool fp8) {
 // (Qwen3-0.6B's o_proj and down at n = 1024: 64 CTAs of 16 rows), the call runs as two slices of 16 tokens, each
 // slice's CTAs reading their half of x and the same weight rows, at the fewest row groups whose two slices fit one
 // wave (two groups there: 128 CTAs). Each CTA then reads half the x and twice the SMs stream; the weight should still
-// come from memory about once, both slices' CTAs being resident together (expected, not measured). qkv and gate_up
-// have no such layout and measured slower sliced; so did slices of 8 for 9-16 tokens, where one mma tile already
-// holds every token (docs/kernels/gemv.md, "Token slices"; results.md R138-R141).
+// come from memory about once, both slices' CTAs being resident together (expected, not measured). At most two row
+// groups a slice: at four, Qwen3-0.6B's o_proj and down were no faster alone and Qwen3-1.7B's (n = 2048) made its
+// step slower. qkv and gate_up have no such layout and measured slower sliced; so did slices of 8 for 9-16 tokens,
+// where one mma tile already holds every token (docs/kernels/gemv.md, "Token slices"; results.md R138-R141, R144).
 struct GemvLayout {
   int row_groups;
   int token_slices;
 };
-constexpr int kSliceTokens = 16;  // a slice runs the kernel for 9-16 tokens
+constexpr int kSliceTokens = 16;       // a slice runs the kernel for 9-16 tokens
+constexpr int kMaxSliceRowGroups = 2;  // four (32 rows a CTA): no faster alone, slower in Qwen3-1.7B's step (R144)
 GemvLayout layout_for(int tokens, int n, int k, int sm_count, bool fp8) {
   const int groups = row_groups_for(tokens, n, k, sm_count, fp8);
   if (fp8 || tokens <= kSliceTokens || ctas_for(n, groups) >= sm_count) return {groups, 1};
   const int slices = (tokens + kSliceTokens - 1) / kSliceTokens;
-  for (int sliced = 1; sliced <= kMaxRowGroups; sliced *= 2)
+  for (int sliced = 1; sliced <= kMaxSliceRowGroups; sliced *= 2)
     if (slices * ctas_for(n, sliced) <= sm_count) return {sliced, slices};
   return {groups, 1};
 }
@@ -514,7 +516,7 @@ void launch(const GemvArgs& a, int token_slices, int sm_count, cudaStream_t stre
   // kernel has the second.
   const bool integer_codes = fp8 && static_cast<int64_t>(a.n) * (kSwiglu ? 2 : 1) * a.k < kIntegerCodesMaxWeight;
   auto kernel = gemv_kernel<kTokenGroups, kRowGroups, OutT, false, false, kSwiglu, kNorm>;
-  if constexpr (kTokenGroups == 2) {  // bf16 weights only (layout_for)
+  if constexpr (kTokenGroups == 2 && kRowGroups <= kMaxSliceRowGroups) {  // bf16 weights only (layout_for)
     if (token_slices > 1) kernel = gemv_kernel<2, kRowGroups, OutT, false, false, kSwiglu, kNorm, true>;
   }
   if constexpr (kTokenGroups <= 2) {  // FP8 codes: up to 16 tokens (gemv_supports)
