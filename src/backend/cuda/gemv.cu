@@ -516,8 +516,13 @@ void launch(const GemvArgs& a, int token_slices, int sm_count, cudaStream_t stre
   // kernel has the second.
   const bool integer_codes = fp8 && static_cast<int64_t>(a.n) * (kSwiglu ? 2 : 1) * a.k < kIntegerCodesMaxWeight;
   auto kernel = gemv_kernel<kTokenGroups, kRowGroups, OutT, false, false, kSwiglu, kNorm>;
-  if constexpr (kTokenGroups == 2 && kRowGroups <= kMaxSliceRowGroups) {  // bf16 weights only (layout_for)
-    if (token_slices > 1) kernel = gemv_kernel<2, kRowGroups, OutT, false, false, kSwiglu, kNorm, true>;
+  if (token_slices > 1) {  // layout_for gives slices to bf16 weights at up to kMaxSliceRowGroups only
+    if constexpr (kTokenGroups == 2 && kRowGroups <= kMaxSliceRowGroups) {
+      if (fp8) throw EngineError("gemv: token slices of FP8 codes");
+      kernel = gemv_kernel<2, kRowGroups, OutT, false, false, kSwiglu, kNorm, true>;
+    } else {
+      throw EngineError("gemv: no token-slice kernel for " + std::to_string(kRowGroups) + " row groups");
+    }
   }
   if constexpr (kTokenGroups <= 2) {  // FP8 codes: up to 16 tokens (gemv_supports)
     if (integer_codes) kernel = gemv_kernel<kTokenGroups, kRowGroups, OutT, true, true, kSwiglu, kNorm>;
