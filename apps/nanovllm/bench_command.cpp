@@ -26,6 +26,9 @@ struct BenchArgs {
   int batch_size = 1, input_len = 128, output_len = 256;  // --latency shape
 };
 
+// `--latency` notes decode steps that held less than this share of the batch on average.
+constexpr double kFullBatchShare = 0.95;
+
 // Where a run's time went: steps by kind, as the engine timed them.
 struct RunTimes {
   double first_token = 0, total = 0;  // first_token: the end of the last prefill step before any decode step
@@ -144,13 +147,21 @@ int run_bench(const BenchArgs& a) {
     for (int s = 0; s < a.batch_size; ++s)
       for (int i = 0; i < a.input_len; ++i) prompts[s][i] = (s * 7919 + i * 131 + 7) % 10000;
     const RunTimes t = run_all(engine, prompts, std::vector<SamplingParams>(a.batch_size, p));
-    // Each decode step gives every sequence one token (the first came from the prefill).
+    // A decode step gives each running sequence one token (the first came from the prefill). Sequences whose
+    // prompts finish early decode beside the later prompts' chunks (mixed steps, counted as prefill) and finish
+    // early too, so with a short output the decode steps hold fewer than the batch.
     const double step_s = t.decode_step_s();
+    const double rows = static_cast<double>(t.decode_tokens) / std::max(t.decode_steps, 1);
     std::printf(
         "latency: batch %d, prompt %d, output %d: %.3f ms/token decode (%.1f tok/s; %.3f ms of it host work before "
         "launch and after the run), %.2f ms to first token\n",
-        a.batch_size, a.input_len, a.output_len, step_s * 1e3, a.batch_size / step_s, 1e3 * t.decode_host_step_s(),
-        t.first_token * 1e3);
+        a.batch_size, a.input_len, a.output_len, step_s * 1e3, t.decode_tokens / std::max(t.decode_s, 1e-9),
+        1e3 * t.decode_host_step_s(), t.first_token * 1e3);
+    if (rows < kFullBatchShare * a.batch_size)
+      std::printf(
+          "note: the decode steps held %.1f sequences on average, not %d: the rest were still in prefill or done; "
+          "a longer --output-len measures the whole batch\n",
+          rows, a.batch_size);
     return 0;
   }
   if (a.prefill) {
