@@ -25,6 +25,7 @@ constexpr int kMaxWarps = 16;           // warps of a CTA split K
 constexpr int kMaxRowGroups = 4;        // row_groups_for's largest
 constexpr int kWeightLoadsPerLane = 8;  // 16-byte W loads a lane issues before its first mma of a round
 constexpr int kFp8Block = static_cast<int>(kFp8BlockSize);  // FP8 weights: rows and columns per scale
+constexpr int kSliceTokens = 16;  // tokens a token slice holds: it runs the kernel for 9-16 tokens (layout_for)
 // FP8 weights below this many elements take their codes to bf16 on the integer pipes (kIntegerCodes): faster for
 // every Qwen3-0.6B projection and Qwen3-8B's qkv and o_proj, slower for 8B's gate_up and down (docs/kernels/gemv.md,
 // "FP8 weights"; results.md R74).
@@ -208,11 +209,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
   static_assert(kNorm == NormFold::kNone || std::is_same_v<OutT, __nv_bfloat16>, "a folded norm writes bf16");
   static_assert(kNorm != NormFold::kAddResidual || !kSwiglu, "the residual's call is a plain one");
 
-  static_assert(!kTokenSlices || (kTokenGroups == 2 && !kFp8), "slices of 9-16 tokens, bf16 weights");
+  static_assert(!kTokenSlices || (kTokenGroups * 8 == kSliceTokens && !kFp8), "slices of 9-16 tokens, bf16 weights");
   allow_next_grid();
   if constexpr (kTokenSlices) {
-    const int first = static_cast<int>(blockIdx.y) * kTokenGroups * 8;
-    tokens = min(tokens - first, kTokenGroups * 8);
+    const int first = static_cast<int>(blockIdx.y) * kSliceTokens;
+    tokens = min(tokens - first, kSliceTokens);
     x += static_cast<int64_t>(first) * k;
     out += static_cast<int64_t>(first) * n;
     if (norm.residual != nullptr) norm.residual += static_cast<int64_t>(first) * n;
@@ -440,17 +441,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
 constexpr int kTwoGroupMaxK = 2048;
 int ctas_for(int n, int groups) { return (n + kRowsPerGroup * groups - 1) / (kRowsPerGroup * groups); }
 int row_groups_for(int tokens, int n, int k, int sm_count, bool fp8) {
-  const auto ctas = [&](int groups) { return ctas_for(n, groups); };
   if (tokens > kGemvMaxTokensAnyWeight) {
     int groups = kMaxRowGroups;
-    while (groups > 1 && 5 * ctas(groups) < 2 * sm_count) groups /= 2;
-    if (groups > 1 && ctas(groups) > sm_count && ctas(groups) < 2 * sm_count) groups /= 2;
+    while (groups > 1 && 5 * ctas_for(n, groups) < 2 * sm_count) groups /= 2;
+    if (groups > 1 && ctas_for(n, groups) > sm_count && ctas_for(n, groups) < 2 * sm_count) groups /= 2;
     return groups;
   }
   int groups = fp8 ? (tokens <= 8 ? 1 : 2) : (tokens <= 2 ? 1 : tokens <= 8 ? 2 : 4);
-  const bool short_one_wave = !fp8 && ctas(1) <= sm_count && k <= kTwoGroupMaxK;
+  const bool short_one_wave = !fp8 && ctas_for(n, 1) <= sm_count && k <= kTwoGroupMaxK;
   const int fewest = short_one_wave && tokens >= 3 ? 2 : 1;
-  while (groups > fewest && ctas(groups) < sm_count) groups /= 2;
+  while (groups > fewest && ctas_for(n, groups) < sm_count) groups /= 2;
   return groups;
 }
 
@@ -467,7 +467,6 @@ struct GemvLayout {
   int row_groups;
   int token_slices;
 };
-constexpr int kSliceTokens = 16;       // a slice runs the kernel for 9-16 tokens
 constexpr int kMaxSliceRowGroups = 2;  // four (32 rows a CTA): no faster alone, slower in Qwen3-1.7B's step (R144)
 GemvLayout layout_for(int tokens, int n, int k, int sm_count, bool fp8) {
   const int groups = row_groups_for(tokens, n, k, sm_count, fp8);
@@ -556,6 +555,11 @@ void launch_with_out(const GemvArgs& a, GemvLayout layout, int sm_count, cudaStr
   return launch_with_groups<4, OutT, kSwiglu, kNorm>(a, layout, sm_count, stream);
 }
 
+// The layout of a call: the fused call takes the plain call's over its 2n weight rows (the same CTAs and k-split).
+GemvLayout layout_of(const GemvArgs& a, int sm_count) {
+  return layout_for(a.tokens, a.swiglu ? 2 * a.n : a.n, a.k, std::max(sm_count, 1), a.weight_fp8 != nullptr);
+}
+
 // gemv_max_tokens of these arguments' weight.
 int max_tokens_of(const GemvArgs& a) {
   return gemv_max_tokens(int64_t{a.n} * (a.swiglu ? 2 : 1) * a.k, a.weight_fp8 != nullptr);
@@ -604,6 +608,8 @@ bool gemv_supports(const GemvArgs& a) {
          swiglu_ok && norm_ok;
 }
 
+int gemv_token_slices(const GemvArgs& a, int sm_count) { return layout_of(a, sm_count).token_slices; }
+
 void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   if (!gemv_supports(a)) {
     throw InvalidInput(
@@ -620,8 +626,7 @@ void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
         ")");
   }
   sm_count = std::max(sm_count, 1);
-  // The fused call takes the layout of the plain call over its 2n weight rows: the same CTAs and k-split.
-  const GemvLayout layout = layout_for(a.tokens, a.swiglu ? 2 * a.n : a.n, a.k, sm_count, a.weight_fp8 != nullptr);
+  const GemvLayout layout = layout_of(a, sm_count);
   using Bf16 = __nv_bfloat16;
   switch (norm_fold_of(a)) {
     case NormFold::kAddResidual:

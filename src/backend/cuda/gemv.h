@@ -83,6 +83,10 @@ int gemv_max_tokens(int64_t weight_elements, bool fp8_codes);
 // see swiglu).
 bool gemv_supports(const GemvArgs& args);
 
+// The token slices (the grid's second dimension) launch_gemv runs these arguments in for sm_count SMs: 2 above 16
+// tokens where the call's grid would leave SMs idle (gemv.cu's layout_for), else 1. For tests and benchmarks.
+int gemv_token_slices(const GemvArgs& args, int sm_count);
+
 // Enqueues the GEMV on `stream`; throws InvalidInput when !gemv_supports(args). sm_count: the device's
 // multiprocessor count (sizes the grid). Launched as a programmatic dependent launch where enabled
 // (programmatic_launch.h): its CTAs may start, and stream their first weights, while the previous kernel of

@@ -6,6 +6,7 @@
 // fails. Tolerances as in test_linear.cpp: 1e-2 relative L2 for bf16 out, 1e-4 for fp32 out.
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -100,19 +101,24 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemvShapeTest, ::testing::ValuesIn(gemv_shapes(
                            return "N" + std::to_string(info.param.n) + "_K" + std::to_string(info.param.k);
                          });
 
-// The lm_head of Qwen3-0.6B at decode: 151936 rows, fp32 logits.
 // Above 16 tokens a grid under one wave runs as two slices of 16 tokens (gemv.cu's layout_for). The grid follows the
 // SM count the launch is given, so both layouts run here on any GPU: 132 SMs slice these calls (two slices of 64 CTAs
-// of 16 rows), one SM never does.
+// of 16 rows), one SM never does; the layout is checked first, so that the test keeps covering both.
 TEST_F(GemvTest, TokenSlicesAndOneSliceMatchCpu) {
   for (const int sms : {132, 1}) {
     SCOPED_TRACE("launched for " + std::to_string(sms) + " SMs");
+    for (const auto [n, k, t] : {std::array{1024, 2048, 17}, std::array{1024, 2048, 32}, std::array{1000, 200, 31}}) {
+      cuda::GemvArgs shape;
+      shape.tokens = t, shape.n = n, shape.k = k;
+      EXPECT_EQ(cuda::gemv_token_slices(shape, sms), sms == 1 ? 1 : 2) << describe(t, n, k, false, DType::BF16);
+    }
     check_shape(1024, 2048, {17, 24, 32}, sms);
     check_shape(1000, 200, {17, 31}, sms);
     if (HasFailure()) return;
   }
 }
 
+// The lm_head of Qwen3-0.6B at decode: 151936 rows, fp32 logits.
 TEST_F(GemvTest, LmHeadDecode) { check_shape(151936, 1024, {1}); }
 
 // Gemm::run routes small M to the GEMV; its result agrees with cuBLASLt's on the same inputs, every call
