@@ -48,20 +48,21 @@ struct Piece {
   int slot;        // this piece's slot
 };
 
-// seq_prefix[i] = keys of the sequences before sequence i, seq_prefix[num_seqs] = all of them: a block-wide
-// scan of seq_lens_k, tile by tile, by every thread of every CTA (a few hundred ints from L2). Also the
-// longest sequence's keys.
+// seq_prefix[i] = positions (keys and gaps, seq_positions) of the sequences before sequence i,
+// seq_prefix[num_seqs] = all of them: a block-wide scan of seq_lens_k, tile by tile, by every thread of every CTA
+// (a few hundred ints from L2). Also the longest sequence's keys.
 __device__ void scan_lengths(const PagedAttentionArgs& a, long long* seq_prefix, int& longest) {
   __shared__ long long warp_sums[kDecodeWarps];
   __shared__ int warp_longest[kDecodeWarps];
   int my_longest = 0;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int n = a.num_seqs;
-  long long carry = 0;  // keys of the tiles before
+  long long carry = 0;  // positions of the tiles before
   for (int tile = 0; tile < n; tile += kDecodeThreads) {
     const int i = tile + tid;
-    const int len = i < n ? max(a.seq_lens_k[i], 0) : 0;
-    my_longest = max(my_longest, len);
+    const int keys = i < n ? max(a.seq_lens_k[i], 0) : 0;
+    my_longest = max(my_longest, keys);
+    const long long len = seq_positions(i, keys);
     long long inclusive = len;  // within the warp
 #pragma unroll
     for (int offset = 1; offset < 32; offset *= 2) {
@@ -100,8 +101,8 @@ __device__ __forceinline__ int first_seq_of_range(const long long* seq_prefix, i
   int lo = 0, hi = n;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    const int len = static_cast<int>(seq_prefix[mid + 1] - seq_prefix[mid]);
-    if (seq_ranges(seq_prefix[mid], len, ranges).last < range) {
+    const SeqKeys keys = seq_keys(mid, seq_prefix[mid], seq_prefix[mid + 1]);
+    if (seq_ranges(keys.prefix, keys.len, ranges).last < range) {
       lo = mid + 1;
     } else {
       hi = mid;
@@ -759,13 +760,12 @@ __global__ void __launch_bounds__(kDecodeThreads, kMma ? mma_min_ctas(kFp8) : de
   const int first = first_seq_of_range(seq_prefix, n, range, ranges);
   wait_for_previous_grid();
   for (int seq = first; seq < n; ++seq) {
-    const long long prefix = seq_prefix[seq];
-    const int len = static_cast<int>(seq_prefix[seq + 1] - prefix);
-    const SeqRanges held = seq_ranges(prefix, len, ranges);
+    const SeqKeys all = seq_keys(seq, seq_prefix[seq], seq_prefix[seq + 1]);
+    const SeqRanges held = seq_ranges(all.prefix, all.len, ranges);
     if (held.first > range) break;
-    const KeySpan keys = range_keys(prefix, len, range, ranges);
+    const KeySpan keys = range_keys(all.prefix, all.len, range, ranges);
     const bool has_row = a.cu_seqlens_q[seq + 1] > a.cu_seqlens_q[seq];  // else a padding sequence
-    if (!has_row || (keys.begin == keys.end && len > 0)) continue;
+    if (!has_row || (keys.begin == keys.end && all.len > 0)) continue;
     if (threadIdx.x == 0) {
       piece.seq = seq;
       piece.count = held.last - held.first + 1;

@@ -12,6 +12,11 @@
 // A sequence cut by range boundaries gets one partial per range, merged by the last CTA to finish one; a
 // sequence inside one range is written directly. The grid only depends on the GPU and the number of KV heads,
 // so a CUDA graph replays it for any lengths.
+//
+// Equal keys are not equal time: every piece of a range also pays a fixed cost (its queries, its first block-table
+// entries and chunks, its partial or merge), so a range of several short sequences finished last. The keys are
+// therefore laid out with a gap of kDecodePieceCost before every sequence but the first, and the ranges cut over
+// keys and gaps together (step positions below): a gap is never read, it only moves the boundaries.
 #include <cstddef>
 
 #include "common/host_device.h"
@@ -27,30 +32,56 @@ constexpr int kDecodeMaxCtasPerSm = 16;  // 128-thread CTAs: 2048 threads per SM
 // 48 us).
 constexpr int kDecodeMaxPieces = 64;
 constexpr int kDecodeMaxSeqs = 1024;  // the kernel keeps every sequence's prefix in shared memory (8 KiB)
+// A piece's fixed cost in keys' worth of streaming, a multiple of kDecodeChunkAlign. On an H100 (bench_attention,
+// lengths 100-2048) every cost from 64 to 512 lifted batches of 32-128 such sequences by 1-7 points of copy
+// bandwidth, 128-256 the most, and left uniform lengths as they were (results.md R146). In the engine 192 made
+// batches of 4-16 short sequences 3-11% faster and mixed ones 2-3% (R147); 768 gained more where it happened to
+// fit whole sequences to ranges, lost at batch 2 and did nothing for mixed lengths (R148).
+constexpr int kDecodePieceCost = 192;
+
+// Positions (keys and gaps) sequence `seq` of `len` keys takes in the step's layout.
+NANOVLLM_HOST_DEVICE long long seq_positions(int seq, int len) {
+  return len > 0 && seq > 0 ? static_cast<long long>(len) + kDecodePieceCost : len;
+}
+
+// Where sequence `seq`'s keys start in the layout and how many it has, from its positions [begin, end).
+struct SeqKeys {
+  long long prefix = 0;
+  int len = 0;
+};
+
+NANOVLLM_HOST_DEVICE SeqKeys seq_keys(int seq, long long begin, long long end) {
+  const int positions = static_cast<int>(end - begin);
+  SeqKeys k;
+  const bool gap = positions > 0 && seq > 0;
+  k.prefix = gap ? begin + kDecodePieceCost : begin;
+  k.len = gap ? positions - kDecodePieceCost : positions;
+  return k;
+}
 
 struct DecodeRanges {
-  long long keys_per_range = kDecodeChunkAlign;  // a multiple of kDecodeChunkAlign
+  long long keys_per_range = kDecodeChunkAlign;  // positions (keys and gaps), a multiple of kDecodeChunkAlign
   int used = 1;                                  // ranges [0, used) hold keys (at least one, for empty steps)
 };
 
-// Up to num_ranges (>= 1) ranges over total_keys keys, the longest sequence having `longest`.
-NANOVLLM_HOST_DEVICE DecodeRanges make_ranges(long long total_keys, int num_ranges, int longest) {
-  const long long by_count = (total_keys + num_ranges - 1) / num_ranges;
+// Up to num_ranges (>= 1) ranges over a layout of `total` positions, the longest sequence having `longest` keys.
+NANOVLLM_HOST_DEVICE DecodeRanges make_ranges(long long total, int num_ranges, int longest) {
+  const long long by_count = (total + num_ranges - 1) / num_ranges;
   const long long by_pieces = (static_cast<long long>(longest) + kDecodeMaxPieces - 1) / kDecodeMaxPieces;
   const long long even = by_count > by_pieces ? by_count : by_pieces;
   DecodeRanges r;
   r.keys_per_range = (even + kDecodeChunkAlign - 1) / kDecodeChunkAlign * kDecodeChunkAlign;
   if (r.keys_per_range < kDecodeChunkAlign) r.keys_per_range = kDecodeChunkAlign;
-  const long long used = (total_keys + r.keys_per_range - 1) / r.keys_per_range;
+  const long long used = (total + r.keys_per_range - 1) / r.keys_per_range;
   r.used = used < 1 ? 1 : static_cast<int>(used);
   return r;
 }
 
-// The ranges that hold keys of a sequence whose keys start at `prefix` (the lengths of the sequences before
-// it): first..last. Boundaries are placed as if the sequence began at prefix rounded down to kDecodeChunkAlign,
-// so that every piece of it starts on a whole CTA iteration. A sequence without keys belongs to the range its
-// prefix falls in (the last used one at the end), which writes its (zero) output. Both ends are nondecreasing
-// from one sequence to the next, and first of the next is at least last of this one.
+// The ranges that hold keys of a sequence whose keys start at position `prefix` (seq_keys): first..last.
+// Boundaries are placed as if the sequence began at prefix rounded down to kDecodeChunkAlign, so that every
+// piece of it starts on a whole CTA iteration. A sequence without keys belongs to the range its prefix falls in (the
+// last used one at the end), which writes its (zero) output. Both ends are nondecreasing from one sequence to the next,
+// and first of the next is at least last of this one.
 struct SeqRanges {
   int first = 0;
   int last = 0;

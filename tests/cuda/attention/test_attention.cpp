@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -376,20 +375,34 @@ struct HostPiece {
   int seq, begin, end, count, first_slot, slot;
 };
 
+// Where each sequence's keys start in the step's layout (keys and gaps), and the layout's positions.
+std::vector<long long> key_starts(const std::vector<int>& lens, long long& total) {
+  using namespace cuda::attention_detail;
+  std::vector<long long> starts;
+  total = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    const long long end = total + seq_positions(static_cast<int>(i), lens[i]);
+    const SeqKeys keys = seq_keys(static_cast<int>(i), total, end);
+    EXPECT_EQ(keys.len, lens[i]);
+    starts.push_back(keys.prefix);
+    total = end;
+  }
+  return starts;
+}
+
 std::vector<HostPiece> pieces_of_range(const std::vector<int>& lens, int num_ranges, int range) {
   using namespace cuda::attention_detail;
   long long total = 0;
-  for (int l : lens) total += l;
+  const std::vector<long long> starts = key_starts(lens, total);
   const DecodeRanges ranges = make_ranges(total, num_ranges, *std::max_element(lens.begin(), lens.end()));
   std::vector<HostPiece> pieces;
   if (range >= ranges.used) return pieces;
-  long long prefix = 0;
   size_t i = 0;
-  while (i < lens.size() && seq_ranges(prefix, lens[i], ranges).last < range) prefix += lens[i++];
-  for (; i < lens.size(); prefix += lens[i++]) {
-    const SeqRanges held = seq_ranges(prefix, lens[i], ranges);
+  while (i < lens.size() && seq_ranges(starts[i], lens[i], ranges).last < range) ++i;
+  for (; i < lens.size(); ++i) {
+    const SeqRanges held = seq_ranges(starts[i], lens[i], ranges);
     if (held.first > range) break;
-    const KeySpan keys = range_keys(prefix, lens[i], range, ranges);
+    const KeySpan keys = range_keys(starts[i], lens[i], range, ranges);
     if (keys.begin < keys.end || lens[i] == 0) {
       const int seq = static_cast<int>(i);
       pieces.push_back({seq, keys.begin, keys.end, held.last - held.first + 1, seq + held.first, seq + range});
@@ -420,17 +433,19 @@ TEST(AttentionArgs, RangesCoverEveryKeyOnce) {
       std::vector<int> pieces(n, 0), zero_owners(n, 0);
       std::set<int> slots;
       long long total = 0;
-      for (int l : lens) total += l;
+      const std::vector<long long> starts = key_starts(lens, total);
       const int longest = *std::max_element(lens.begin(), lens.end());
       const DecodeRanges ranges = make_ranges(total, num_ranges, longest);
       ASSERT_LE(ranges.used, num_ranges);
       for (int i = 0; i < n; ++i) hits[i].assign(lens[i], 0);
       for (int r = 0; r < num_ranges; ++r) {
         long long keys_in_range = 0;
+        int pieces_with_keys = 0;
         const std::vector<HostPiece> list = pieces_of_range(lens, num_ranges, r);
         for (const HostPiece& p : list) {
           ASSERT_EQ(p.begin % kDecodeChunkAlign, 0);
           if (lens[p.seq] == 0) ++zero_owners[p.seq];
+          if (p.end > p.begin) ++pieces_with_keys;
           for (int k = p.begin; k < p.end; ++k) ++hits[p.seq][k];
           keys_in_range += p.end - p.begin;
           ++pieces[p.seq];
@@ -443,14 +458,18 @@ TEST(AttentionArgs, RangesCoverEveryKeyOnce) {
         }
         // Aligning a sequence's start moves at most kDecodeChunkAlign - 1 keys across each boundary.
         ASSERT_LE(keys_in_range, ranges.keys_per_range + kDecodeChunkAlign - 1) << "range " << r;
+        // Every piece after a range's first starts a sequence, whose gap lies within the range or just before it:
+        // a range of many short sequences holds fewer keys.
+        ASSERT_LE(keys_in_range + static_cast<long long>(std::max(pieces_with_keys - 1, 0)) * kDecodePieceCost,
+                  ranges.keys_per_range + 2 * kDecodeChunkAlign)
+            << "range " << r << ", " << pieces_with_keys << " pieces";
       }
       for (int i = 0; i < n; ++i) {
         for (int k = 0; k < lens[i]; ++k) ASSERT_EQ(hits[i][k], 1) << "seq " << i << " key " << k;
         if (lens[i] == 0) {
           ASSERT_EQ(zero_owners[i], 1) << "seq " << i;
         }
-        const long long prefix = std::accumulate(lens.begin(), lens.begin() + i, 0LL);
-        const SeqRanges held = seq_ranges(prefix, lens[i], ranges);
+        const SeqRanges held = seq_ranges(starts[i], lens[i], ranges);
         ASSERT_EQ(pieces[i], held.last - held.first + 1) << "seq " << i;
         ASSERT_LE(pieces[i], kDecodeMaxPieces + 1) << "seq " << i;
       }
