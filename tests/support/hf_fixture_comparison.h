@@ -1,7 +1,8 @@
 // The engine's outputs against a fixture of HF transformers' fp32 outputs (tools/hf_reference.py), with the
 // bounds every bf16 run is held to (test_cuda_golden.cpp gives the reasoning): each scored
-// prompt token within 0.15 nats, 0.04 on average; greedy tokens equal up to HF's first near-tie (top-2 margin
-// under 0.1 nats), after which the continuations are different inputs and are not compared.
+// prompt token within 0.15 nats, 0.04 on average; greedy tokens equal up to the first token where they differ,
+// which must be a near-tie for HF (top-2 margin under 0.3 nats: the margin is a difference of two logits, each
+// within the per-token bound); after it the continuations are different inputs and are not compared.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,7 +18,7 @@
 
 namespace nanovllm {
 
-inline constexpr double kHfMaxTolerance = 0.15, kHfMeanTolerance = 0.04, kHfTieMargin = 0.1;
+inline constexpr double kHfMaxTolerance = 0.15, kHfMeanTolerance = 0.04, kHfTieMargin = 2 * kHfMaxTolerance;
 
 // Prompt logprobs against HF's: each within max_tolerance (checked here), the mean by the caller.
 struct DistanceToHf {

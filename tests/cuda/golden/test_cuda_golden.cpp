@@ -9,8 +9,11 @@
 // |Δ| <= 0.15 nats; over all tokens mean |Δ| <= 0.04 (the first guess, 0.02, was missed by the 28-layer
 // Qwen3-0.6B shape at 0.033). Measured on an H200: mean 0.020-0.033, worst 0.13. The same per-token bound holds
 // between a prompt run alone and inside a batch (different GEMM shapes round differently).
-// Greedy tokens must agree with HF up to the first step whose HF top-2 margin is under 0.1 nats (a near-tie
-// that bf16 may legitimately flip); after that the continuations are different inputs and are not compared.
+// Greedy tokens must agree with HF up to the first token where they differ, and there HF's top-2 margin must be
+// under 0.3 nats: a near-tie that bf16 may legitimately flip, since the margin is the difference of two logits,
+// each within the per-token bound. (At 0.1 the Qwen3-0.6B shape flipped a token at HF margin 0.163 when only
+// the order of decode attention's sums changed; its CUDA-core loop on the same split kept it.) After that the
+// continuations are different inputs and are not compared.
 #include <gtest/gtest.h>
 
 #include <cmath>
