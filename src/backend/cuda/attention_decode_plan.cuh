@@ -4,19 +4,20 @@
 //
 // Every KV head's keys of a step are laid end to end, sequence after sequence (prefix sums of seq_lens_k), and
 // cut into ranges of equal length, one per CTA, and the grid is one wave of resident CTAs. A range may end
-// inside a sequence and go on into the next ones, so every CTA reads the same number of keys however uneven
-// the lengths, and none waits for a slot or finishes long before the others. Measured on an H200 (0.6B
-// shapes): grids of one CTA per sequence and KV head streamed K/V at 55-84% of copy bandwidth, depending on
-// how uneven the lengths were and how full their last wave was; one wave of equal ranges at 68-98%. A queue
-// handing out several smaller ranges per CTA measured slower (by the slowdown per added piece, ~1 us each).
-// A sequence cut by range boundaries gets one partial per range, merged by the last CTA to finish one; a
-// sequence inside one range is written directly. The grid only depends on the GPU and the number of KV heads,
-// so a CUDA graph replays it for any lengths.
+// inside a sequence and go on into the next ones, so every CTA gets about the same work however uneven the
+// lengths, and none waits for a slot or finishes long before the others. Measured on an H200 (0.6B shapes):
+// grids of one CTA per sequence and KV head streamed K/V at 55-84% of copy bandwidth, depending on how uneven the
+// lengths were and how full their last wave was; one wave of equal ranges at 68-98%. A queue handing out several
+// smaller ranges per CTA measured slower (by the slowdown per added piece, ~1 us each). A sequence cut by range
+// boundaries gets one partial per range, merged by the last CTA to finish one; a sequence inside one range is
+// written directly. The grid only depends on the GPU and the number of KV heads, so a CUDA graph replays it for
+// any lengths.
 //
 // Equal keys are not equal time: every piece of a range also pays a fixed cost (its queries, its first block-table
 // entries and chunks, its partial or merge), so a range of several short sequences finished last. The keys are
 // therefore laid out with a gap of kDecodePieceCost before every sequence but the first, and the ranges cut over
-// keys and gaps together (step positions below): a gap is never read, it only moves the boundaries.
+// keys and gaps together (step positions below): a gap is never read, it only moves the boundaries. For the same
+// reason a boundary that would cut a few keys off a sequence moves to its end (cut_key).
 #include <cstddef>
 
 #include "common/host_device.h"
@@ -32,11 +33,11 @@ constexpr int kDecodeMaxCtasPerSm = 16;  // 128-thread CTAs: 2048 threads per SM
 // 48 us).
 constexpr int kDecodeMaxPieces = 64;
 constexpr int kDecodeMaxSeqs = 1024;  // the kernel keeps every sequence's prefix in shared memory (8 KiB)
-// A piece's fixed cost in keys' worth of streaming, a multiple of kDecodeChunkAlign. On an H100 (bench_attention,
-// lengths 100-2048) every cost from 64 to 512 lifted batches of 32-128 such sequences by 1-7 points of copy
-// bandwidth, 128-256 the most, and left uniform lengths as they were (results.md R146). In the engine 192 made
-// batches of 4-16 short sequences 3-11% faster and mixed ones 2-3% (R147); 768 gained more where it happened to
-// fit whole sequences to ranges, lost at batch 2 and did nothing for mixed lengths (R148).
+// A piece's fixed cost in keys' worth of streaming. On an H100 (bench_attention, lengths 100-2048) every cost from
+// 64 to 512 lifted batches of 32-128 such sequences by 1-7 points of copy bandwidth, 128-256 the most, and left
+// uniform lengths as they were (results.md R146). In the engine 192 made batches of 4-16 short sequences 3-11%
+// faster and mixed ones 2-3% (R147); 768 gained more only where it happened to fit whole sequences to ranges
+// (R148), which exact range lengths and moved cuts now do at any cost (R150).
 constexpr int kDecodePieceCost = 192;
 
 // Positions (keys and gaps) sequence `seq` of `len` keys takes in the step's layout.
@@ -60,44 +61,85 @@ NANOVLLM_HOST_DEVICE SeqKeys seq_keys(int seq, long long begin, long long end) {
 }
 
 struct DecodeRanges {
-  long long keys_per_range = kDecodeChunkAlign;  // positions (keys and gaps), a multiple of kDecodeChunkAlign
+  long long keys_per_range = kDecodeChunkAlign;  // positions (keys and gaps), at least kDecodeChunkAlign
   int used = 1;                                  // ranges [0, used) hold keys (at least one, for empty steps)
 };
 
 // Up to num_ranges (>= 1) ranges over a layout of `total` positions, the longest sequence having `longest` keys.
+// Range r covers positions [r, r + 1) x keys_per_range, before its boundaries are moved (range_keys). The length is
+// not rounded to whole CTA iterations (the cuts are): rounding it up left the last CTAs without keys and gave
+// others a second sequence.
 NANOVLLM_HOST_DEVICE DecodeRanges make_ranges(long long total, int num_ranges, int longest) {
   const long long by_count = (total + num_ranges - 1) / num_ranges;
   const long long by_pieces = (static_cast<long long>(longest) + kDecodeMaxPieces - 1) / kDecodeMaxPieces;
   const long long even = by_count > by_pieces ? by_count : by_pieces;
   DecodeRanges r;
-  r.keys_per_range = (even + kDecodeChunkAlign - 1) / kDecodeChunkAlign * kDecodeChunkAlign;
-  if (r.keys_per_range < kDecodeChunkAlign) r.keys_per_range = kDecodeChunkAlign;
+  r.keys_per_range = even < kDecodeChunkAlign ? kDecodeChunkAlign : even;
   const long long used = (total + r.keys_per_range - 1) / r.keys_per_range;
   r.used = used < 1 ? 1 : static_cast<int>(used);
   return r;
 }
 
-// The ranges that hold keys of a sequence whose keys start at position `prefix` (seq_keys): first..last.
-// Boundaries are placed as if the sequence began at prefix rounded down to kDecodeChunkAlign, so that every
-// piece of it starts on a whole CTA iteration. A sequence without keys belongs to the range its prefix falls in (the
-// last used one at the end), which writes its (zero) output. Both ends are nondecreasing from one sequence to the next,
-// and first of the next is at least last of this one.
+// A range boundary that would cut a sequence within kDecodeSnapKeys keys of one of its ends moves to the nearer end
+// (the end itself on a tie): a fragment that short would cost its range a piece's fixed cost for little streaming,
+// and its sequence a partial and a merge. It moves at most 1/kDecodeSnapShare of a range, so that short ranges
+// (few keys in the step) still spread a sequence over several CTAs. Batch 8 of 128-token prompts: 0.88 -> 0.85
+// ms/token on an H100 (results.md R149, R150).
+constexpr int kDecodeSnapKeys = kDecodePieceCost;
+constexpr int kDecodeSnapShare = 2;
+
+// How far past a sequence's first key (snap_to_start) or before its end (snap_to_end) a cut moves to that end, in
+// ranges of keys_per_range positions. The two spans never meet: a cut moves to at most one end.
+NANOVLLM_HOST_DEVICE long long snap_limit(long long keys_per_range) {
+  const long long share = keys_per_range / kDecodeSnapShare;
+  return share < kDecodeSnapKeys ? share : kDecodeSnapKeys;
+}
+NANOVLLM_HOST_DEVICE long long snap_to_start(int len, long long keys_per_range) {
+  const long long half = len > 0 ? (len - 1) / 2 : 0, limit = snap_limit(keys_per_range);
+  return half < limit ? half : limit;
+}
+NANOVLLM_HOST_DEVICE long long snap_to_end(int len, long long keys_per_range) {
+  const long long half = len > 0 ? len / 2 : 0, limit = snap_limit(keys_per_range);
+  return half < limit ? half : limit;
+}
+
+// The key at which a range boundary `offset` positions past a sequence's first key (len keys) cuts it: past its end,
+// len; else the boundary rounded down to a whole CTA iteration (kDecodeChunkAlign), then moved to the nearer end
+// within the snap spans.
+NANOVLLM_HOST_DEVICE int cut_key(long long offset, int len, long long keys_per_range) {
+  if (offset >= len) return len;
+  const long long key = offset <= 0 ? 0 : offset / kDecodeChunkAlign * kDecodeChunkAlign;
+  if (key <= snap_to_start(len, keys_per_range)) return 0;
+  if (key >= len - snap_to_end(len, keys_per_range)) return len;
+  return static_cast<int>(key);
+}
+
+// The ranges that hold keys of a sequence whose keys start at position `prefix` (seq_keys): first..last, the
+// ranges whose boundaries cut_key places around its keys. A sequence without keys belongs to the range its prefix
+// falls in (the last used one at the end), which writes its (zero) output. Both ends are nondecreasing from one
+// sequence to the next, and first of the next is at least last of this one.
 struct SeqRanges {
   int first = 0;
   int last = 0;
 };
 
 NANOVLLM_HOST_DEVICE SeqRanges seq_ranges(long long prefix, int len, const DecodeRanges& r) {
-  long long first = prefix / r.keys_per_range;
-  if (first > r.used - 1) first = r.used - 1;
   SeqRanges s;
-  s.first = static_cast<int>(first);
+  const long long k = r.keys_per_range;
   if (len <= 0) {
+    const long long first = prefix / k;
+    s.first = static_cast<int>(first > r.used - 1 ? r.used - 1 : first);
     s.last = s.first;
-  } else {
-    const long long aligned = prefix / kDecodeChunkAlign * kDecodeChunkAlign;
-    s.last = static_cast<int>((aligned + len - 1) / r.keys_per_range);
+    return s;
   }
+  // cut_key is 0 for offsets below `to_zero` and len from `to_len` on.
+  const long long align = kDecodeChunkAlign;
+  const long long start_span = snap_to_start(len, k) / align * align + align;
+  const long long to_zero = start_span < len ? start_span : len;
+  const long long end_span = (len - snap_to_end(len, k) + align - 1) / align * align;
+  const long long to_len = end_span < len ? end_span : len;
+  s.first = static_cast<int>((prefix + to_zero - 1) / k);        // the last boundary cutting at key 0
+  s.last = static_cast<int>((prefix + to_len + k - 1) / k - 1);  // the range before the first cutting at len
   return s;
 }
 
@@ -109,12 +151,10 @@ struct KeySpan {
 };
 
 NANOVLLM_HOST_DEVICE KeySpan range_keys(long long prefix, int len, int range, const DecodeRanges& r) {
-  const long long aligned = prefix / kDecodeChunkAlign * kDecodeChunkAlign;
-  const long long b = range * r.keys_per_range - aligned;
-  const long long e = b + r.keys_per_range;
+  const long long boundary = range * r.keys_per_range - prefix;
   KeySpan k;
-  k.begin = static_cast<int>(b < 0 ? 0 : b > len ? len : b);
-  k.end = static_cast<int>(e < 0 ? 0 : e > len ? len : e);
+  k.begin = cut_key(boundary, len, r.keys_per_range);
+  k.end = cut_key(boundary + r.keys_per_range, len, r.keys_per_range);
   return k;
 }
 

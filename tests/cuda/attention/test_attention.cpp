@@ -446,6 +446,14 @@ TEST(AttentionArgs, RangesCoverEveryKeyOnce) {
           ASSERT_EQ(p.begin % kDecodeChunkAlign, 0);
           if (lens[p.seq] == 0) ++zero_owners[p.seq];
           if (p.end > p.begin) ++pieces_with_keys;
+          // A split sequence's first and last pieces are never shorter than a boundary moves to its ends.
+          const int len = lens[p.seq];
+          if (p.count > 1 && p.begin == 0) {
+            ASSERT_GT(p.end, snap_to_start(len, ranges.keys_per_range)) << "seq " << p.seq;
+          }
+          if (p.count > 1 && p.end == len) {
+            ASSERT_GE(p.end - p.begin, snap_to_end(len, ranges.keys_per_range)) << "seq " << p.seq;
+          }
           for (int k = p.begin; k < p.end; ++k) ++hits[p.seq][k];
           keys_in_range += p.end - p.begin;
           ++pieces[p.seq];
@@ -456,12 +464,14 @@ TEST(AttentionArgs, RangesCoverEveryKeyOnce) {
             ASSERT_TRUE(slots.insert(p.slot).second) << "slot " << p.slot << " used twice";
           }
         }
-        // Aligning a sequence's start moves at most kDecodeChunkAlign - 1 keys across each boundary.
-        ASSERT_LE(keys_in_range, ranges.keys_per_range + kDecodeChunkAlign - 1) << "range " << r;
+        // Aligning a sequence's start moves at most kDecodeChunkAlign - 1 keys across each boundary, and moving a
+        // boundary to a sequence's end at most kDecodeSnapKeys.
+        const long long most = ranges.keys_per_range + 2 * kDecodeSnapKeys + kDecodeChunkAlign - 1;
+        ASSERT_LE(keys_in_range, most) << "range " << r;
         // Every piece after a range's first starts a sequence, whose gap lies within the range or just before it:
         // a range of many short sequences holds fewer keys.
         ASSERT_LE(keys_in_range + static_cast<long long>(std::max(pieces_with_keys - 1, 0)) * kDecodePieceCost,
-                  ranges.keys_per_range + 2 * kDecodeChunkAlign)
+                  most + kDecodeChunkAlign)
             << "range " << r << ", " << pieces_with_keys << " pieces";
       }
       for (int i = 0; i < n; ++i) {
