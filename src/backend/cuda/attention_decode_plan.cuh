@@ -24,7 +24,7 @@
 
 namespace nanovllm::cuda::attention_detail {
 
-constexpr int kDecodeChunkAlign = 64;    // range boundaries fall on whole CTA iterations (32 or 64 keys)
+constexpr int kDecodeChunkAlign = 64;    // cuts fall on whole CTA iterations (32 or 64 keys)
 constexpr int kDecodeMaxGroup = 8;       // query heads per KV head
 constexpr int kDecodeMaxCtasPerSm = 16;  // 128-thread CTAs: 2048 threads per SM
 // Ranges are at least 1/kDecodeMaxPieces of the longest sequence, so that its partials stay few enough for
