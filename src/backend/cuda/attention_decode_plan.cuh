@@ -37,7 +37,7 @@ constexpr int kDecodeMaxSeqs = 1024;  // the kernel keeps every sequence's prefi
 // 64 to 512 lifted batches of 32-128 such sequences by 1-7 points of copy bandwidth, 128-256 the most, and left
 // uniform lengths as they were (results.md R146). In the engine 192 made batches of 4-16 short sequences 3-11%
 // faster and mixed ones 2-3% (R147); 768 gained more only where it happened to fit whole sequences to ranges
-// (R148), which exact range lengths and moved cuts now do at any cost (R150).
+// (R148), which exact range lengths and moved cuts now do whatever the cost (R150, R152).
 constexpr int kDecodePieceCost = 192;
 
 // Positions (keys and gaps) sequence `seq` of `len` keys takes in the step's layout.
