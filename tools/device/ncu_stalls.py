@@ -9,20 +9,11 @@ then:
   tools/device/ncu_stalls.py src.csv [--top 25]
 """
 import argparse
-import csv
 import sys
 
+from ncu_csv import read_ncu_table
+
 SAMPLES = "Warp Stall Sampling (All Samples)"
-
-
-def read_table(path):
-    """The header row (the first that names the sampling column) and the instruction rows after it."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    for i, row in enumerate(rows):
-        if SAMPLES in row and "Source" in row:
-            return row, [r for r in rows[i + 1:] if len(r) == len(row)]
-    sys.exit(f"{path}: no ncu source table (a header naming '{SAMPLES}')")
 
 
 def as_int(text):
@@ -38,7 +29,7 @@ def main():
     parser.add_argument("--top", type=int, default=25, help="instructions to list (default 25)")
     args = parser.parse_args()
 
-    header, rows = read_table(args.export)
+    header, rows = read_ncu_table(args.export, SAMPLES, "Source")
     samples = header.index(SAMPLES)
     source = header.index("Source")
     stalls = [(i, name) for i, name in enumerate(header) if name.startswith("stall_") and "Not Issued" not in name]

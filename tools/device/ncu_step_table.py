@@ -14,10 +14,11 @@ docs/performance.md ("The same step now") were made so: skips of 900 / 1500 / 34
 128-token prompt, --step 1) / 32 / 128 / 256 with the Qwen3-0.6B config.
 """
 import argparse
-import csv
 import re
 import sys
 from collections import defaultdict
+
+from ncu_csv import read_ncu_table
 
 DURATION = "gpu__time_duration.sum"
 UNIT_TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
@@ -25,17 +26,12 @@ UNIT_TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond":
 
 def read_launches(path):
     """(kernel name without its parameter list, grid, µs) of every timed launch, in launch order."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    header_at = next((i for i, row in enumerate(rows) if "Kernel Name" in row and "Metric Value" in row), None)
-    if header_at is None:
-        sys.exit(f"{path}: no ncu table (a header naming 'Kernel Name' and 'Metric Value')")
-    header = rows[header_at]
+    header, rows = read_ncu_table(path, "Kernel Name", "Metric Value")
     name_col, grid_col = header.index("Kernel Name"), header.index("Grid Size")
     metric_col, unit_col, value_col = header.index("Metric Name"), header.index("Metric Unit"), header.index("Metric Value")
     launches = []
-    for row in rows[header_at + 1:]:
-        if len(row) != len(header) or row[metric_col] != DURATION:
+    for row in rows:
+        if row[metric_col] != DURATION:
             continue
         if row[unit_col] not in UNIT_TO_US:
             sys.exit(f"{path}: unknown duration unit '{row[unit_col]}'")
