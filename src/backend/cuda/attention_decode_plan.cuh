@@ -89,18 +89,18 @@ constexpr int kDecodeSnapKeys = kDecodePieceCost;
 constexpr int kDecodeSnapShare = 2;
 
 // How far past a sequence's first key (snap_to_start) or before its end (snap_to_end) a cut moves to that end, in
-// ranges of keys_per_range positions. The two spans never meet: a cut moves to at most one end.
-NANOVLLM_HOST_DEVICE long long snap_limit(long long keys_per_range) {
+// ranges of keys_per_range positions: up to the limit, and short of the sequence's middle, so that a cut moves to
+// at most one end.
+NANOVLLM_HOST_DEVICE long long snap_span(long long short_of_middle, long long keys_per_range) {
   const long long share = keys_per_range / kDecodeSnapShare;
-  return share < kDecodeSnapKeys ? share : kDecodeSnapKeys;
+  const long long limit = share < kDecodeSnapKeys ? share : kDecodeSnapKeys;
+  return short_of_middle < limit ? short_of_middle : limit;
 }
 NANOVLLM_HOST_DEVICE long long snap_to_start(int len, long long keys_per_range) {
-  const long long half = len > 0 ? (len - 1) / 2 : 0, limit = snap_limit(keys_per_range);
-  return half < limit ? half : limit;
+  return snap_span(len > 0 ? (len - 1) / 2 : 0, keys_per_range);
 }
 NANOVLLM_HOST_DEVICE long long snap_to_end(int len, long long keys_per_range) {
-  const long long half = len > 0 ? len / 2 : 0, limit = snap_limit(keys_per_range);
-  return half < limit ? half : limit;
+  return snap_span(len > 0 ? len / 2 : 0, keys_per_range);
 }
 
 // The key at which a range boundary `offset` positions past a sequence's first key (len keys) cuts it: past its end,
