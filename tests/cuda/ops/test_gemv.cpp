@@ -6,7 +6,6 @@
 // fails. Tolerances as in test_linear.cpp: 1e-2 relative L2 for bf16 out, 1e-4 for fp32 out.
 #include <cuda_runtime.h>
 
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -40,7 +39,7 @@ class GemvTest : public CudaOpsTest {
 
   // Runs the GEMV for every token count in `token_counts` with and without bias, into bf16 and fp32
   // outputs, against the CPU's fp32 linear of the same values; launched for `sms` SMs (0: this GPU's).
-  void check_shape(int n, int k, std::initializer_list<int> token_counts, int sms = 0) {
+  void check_shape(int n, int k, const std::vector<int>& token_counts, int sms = 0) {
     const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
     const auto b = random_bf16_values(rng_, n);
     const Tensor gpu_w = gpu_bf16(w, {n, k}), gpu_b = gpu_bf16(b, {n});
@@ -105,15 +104,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemvShapeTest, ::testing::ValuesIn(gemv_shapes(
 // SM count the launch is given, so both layouts run here on any GPU: 132 SMs slice these calls (two slices of 64 CTAs
 // of 16 rows), one SM never does; the layout is checked first, so that the test keeps covering both.
 TEST_F(GemvTest, TokenSlicesAndOneSliceMatchCpu) {
+  struct Case {
+    int n, k;
+    std::vector<int> tokens;
+  };
   for (const int sms : {132, 1}) {
     SCOPED_TRACE("launched for " + std::to_string(sms) + " SMs");
-    for (const auto [n, k, t] : {std::array{1024, 2048, 17}, std::array{1024, 2048, 32}, std::array{1000, 200, 31}}) {
-      cuda::GemvArgs shape;
-      shape.tokens = t, shape.n = n, shape.k = k;
-      EXPECT_EQ(cuda::gemv_token_slices(shape, sms), sms == 1 ? 1 : 2) << describe(t, n, k, false, DType::BF16);
+    for (const Case& c : {Case{1024, 2048, {17, 24, 32}}, Case{1000, 200, {17, 31}}}) {
+      for (const int t : c.tokens) {
+        cuda::GemvArgs shape;
+        shape.tokens = t, shape.n = c.n, shape.k = c.k;
+        EXPECT_EQ(cuda::gemv_token_slices(shape, sms), sms == 1 ? 1 : 2) << describe(t, c.n, c.k, false, DType::BF16);
+      }
+      check_shape(c.n, c.k, c.tokens, sms);
     }
-    check_shape(1024, 2048, {17, 24, 32}, sms);
-    check_shape(1000, 200, {17, 31}, sms);
     if (HasFailure()) return;
   }
 }
