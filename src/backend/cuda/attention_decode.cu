@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <climits>
 #include <cmath>
 #include <string>
 
@@ -109,6 +110,32 @@ __device__ __forceinline__ int first_seq_of_range(const long long* seq_prefix, i
     }
   }
   return lo;
+}
+
+// A piece to attend: sequence seq's keys of the range, and the ranges holding the sequence.
+struct PieceSpan {
+  int seq;
+  KeySpan keys;
+  SeqRanges held;
+  int earlier_keys;  // the sequence's keys from earlier steps: all but its query rows' own
+  int row;           // its query row (decode rows have one)
+};
+
+// The range's first piece from sequence `seq` on (seq = num_seqs when none is left): padding sequences (no query
+// row) and sequences with no key in the range are skipped; a sequence without any key is a piece (it writes
+// zeros).
+__device__ __forceinline__ PieceSpan find_piece(const PagedAttentionArgs& a, const long long* seq_prefix, int seq,
+                                                int range, const DecodeRanges& ranges) {
+  for (; seq < a.num_seqs; ++seq) {
+    const SeqKeys all = seq_keys(seq, seq_prefix[seq], seq_prefix[seq + 1]);
+    const SeqRanges held = seq_ranges(all.prefix, all.len, ranges);
+    if (held.first > range) break;
+    const KeySpan keys = range_keys(all.prefix, all.len, range, ranges);
+    const int rows = a.cu_seqlens_q[seq + 1] - a.cu_seqlens_q[seq];  // 0: a padding sequence
+    if (rows > 0 && (keys.begin < keys.end || all.len == 0))
+      return {seq, keys, held, all.len - rows, a.cu_seqlens_q[seq + 1] - 1};
+  }
+  return {a.num_seqs, {}, {}, 0, 0};
 }
 
 // Output dims d4..d4+3 of query head `head` in row `row`: o x scale, as bf16.
@@ -650,7 +677,9 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
 }
 
 // The tensor-core loop's stages: each warp keeps kMmaStages - 1 chunks (8 KiB of bf16, 4 of codes) in flight;
-// its four warps' rings (96 / 48 KiB) fit two (three) CTAs an SM, one (two) within the decode step's split.
+// its four warps' rings (96 / 48 KiB) fit two (three) CTAs an SM, one (two) within the decode step's split. The
+// ring is stage-major (stage s of warp w at (s x warps + w) x stage bytes), so the last stage of every warp is one
+// region: a piece's per-warp results and its merge go there while the next piece's first chunks land in the others.
 constexpr int kMmaStages = 3;
 constexpr int mma_min_ctas(bool fp8) { return fp8 ? 3 : 2; }
 constexpr int kMmaRingOffset = ((kDecodeMaxSeqs + 1) * 8 + 127) / 128 * 128;  // after the largest prefix array
@@ -658,74 +687,148 @@ constexpr int mma_smem_bytes(bool fp8) {
   return kMmaRingOffset +
          kDecodeWarps * kMmaStages * (fp8 ? MmaChunk<true>::kStageBytes : MmaChunk<false>::kStageBytes);
 }
+// One stage of every warp.
+template <bool kFp8>
+constexpr int mma_stage_region_bytes() {
+  return kDecodeWarps * MmaChunk<kFp8>::kStageBytes;
+}
 
-// One piece on tensor cores (head_dim 128; attention_decode_mma.cuh): each warp takes every fourth
-// chunk of 16 keys and keeps kMmaStages - 1 chunks in flight in its own ring of shared-memory stages (cp.async,
-// waited per lane and published to the warp by __syncwarp: no CTA-wide barrier inside the loop). The block
-// table entry of the next chunk to copy is loaded one chunk ahead, so the copies do not wait on it.
-template <int G, bool kFp8>
-__device__ __forceinline__ void attend_piece_mma(const PagedAttentionArgs& a, int seq, int kv_begin, int kv_end,
-                                                 const Piece& piece, float* ws_acc, float* ws_ml, int* counters_end,
-                                                 unsigned char* ring) {
-  constexpr int D = kMmaDecodeDim;
-  constexpr int kStride = kDecodeWarps * kMmaChunkKeys;  // keys between a warp's consecutive chunks
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int kv_head = blockIdx.x;
-  const int row = a.cu_seqlens_q[seq + 1] - 1;
-  const int group_size = a.num_heads / a.num_kv_heads;
-  constexpr int kStageBytes = MmaChunk<kFp8>::kStageBytes;
-  DecodeMmaWarp<G, kFp8> state;
-  state.load_queries(a.q + static_cast<size_t>(row) * a.num_heads * D + kv_head * group_size * D, group_size, a.scale,
-                     a.k_scale, lane);
+// One warp's copies of one piece's chunks into its stages: it takes every fourth chunk of 16 keys of the piece, and
+// the block-table entry of the next chunk to copy is loaded one chunk ahead, so the copies do not wait on it. Every
+// issue is a commit group (empty past the piece's end), so the key loop's waits count chunks.
+template <bool kFp8>
+struct MmaChunkCopier {
+  // Keys between a warp's consecutive chunks.
+  static constexpr int kStride = kDecodeWarps * kMmaChunkKeys;
+  int next_copy = 0;   // the first key of the next chunk to copy
+  int next_block = 0;  // the block holding it (a chunk of 16 aligned keys lies in one block: blocks hold 2^k >= 16)
+  int end = 0;         // the piece's end
+  int copied = 0;      // chunks issued so far
 
-  const size_t slot_stride = static_cast<size_t>(a.num_kv_heads) * D;
-  const size_t head_offset = static_cast<size_t>(kv_head) * D;
-  const int* table = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
-  const int block_shift = __ffs(a.block_size) - 1;
-  const int block_mask = a.block_size - 1;
-  const uint32_t my_ring = smem_address(ring) + warp * kMmaStages * kStageBytes;
+  __device__ __forceinline__ void begin(const PagedAttentionArgs& a, int seq, int kv_begin, int kv_end, int warp) {
+    next_copy = kv_begin + warp * kMmaChunkKeys;
+    end = kv_end;
+    copied = 0;
+    next_block = next_copy < end ? __ldg(table(a, seq) + (next_copy >> block_shift(a))) : 0;
+  }
 
-  // Chunks to copy start at next_copy (this warp's); next_block is the block holding it (a chunk of 16 aligned
-  // keys lies in one block: blocks hold a power of two >= 16 keys).
-  int next_copy = kv_begin + warp * kMmaChunkKeys;
-  int next_block = next_copy < kv_end ? __ldg(table + (next_copy >> block_shift)) : 0;
-  int copied = 0;  // chunks issued so far (each a commit group, empty past the end)
-  const auto issue_next = [&] {
-    if (next_copy < kv_end) {
+  // Whether the next chunk reads only keys below `limit`.
+  __device__ __forceinline__ bool next_reads_below(int limit) const {
+    return next_copy >= end || min(next_copy + kMmaChunkKeys, end) <= limit;
+  }
+
+  // stages: this warp's first stage (mma_warp_stages).
+  __device__ __forceinline__ void issue_next(const PagedAttentionArgs& a, int seq, uint32_t stages, int lane) {
+    if (next_copy < end) {
+      const size_t slot_stride = static_cast<size_t>(a.num_kv_heads) * kMmaDecodeDim;
       const size_t base =
-          (static_cast<size_t>(next_block) * a.block_size + (next_copy & block_mask)) * slot_stride + head_offset;
-      stage_decode_chunk<kFp8>(my_ring + (copied % kMmaStages) * kStageBytes, a.k_cache, a.v_cache, base, slot_stride,
-                               next_copy, kv_end, lane);
+          (static_cast<size_t>(next_block) * a.block_size + (next_copy & (a.block_size - 1))) * slot_stride +
+          static_cast<size_t>(blockIdx.x) * kMmaDecodeDim;
+      stage_decode_chunk<kFp8>(stages + (copied % kMmaStages) * mma_stage_region_bytes<kFp8>(), a.k_cache, a.v_cache,
+                               base, slot_stride, next_copy, end, lane);
       next_copy += kStride;
-      if (next_copy < kv_end) next_block = __ldg(table + (next_copy >> block_shift));
+      if (next_copy < end) next_block = __ldg(table(a, seq) + (next_copy >> block_shift(a)));
     }
     cp_async_commit();
     ++copied;
-  };
-#pragma unroll
-  for (int i = 0; i < kMmaStages - 1; ++i) issue_next();
-  int done = 0;
-  for (int key0 = kv_begin + warp * kMmaChunkKeys; key0 < kv_end; key0 += kStride, ++done) {
-    issue_next();                     // kMmaStages - 1 chunks ahead of this one
-    cp_async_wait<kMmaStages - 1>();  // this lane's copies of chunk `done` have landed
-    __syncwarp();                     // and every lane's
-    state.attend_chunk(my_ring + (done % kMmaStages) * kStageBytes, key0, kv_end, lane);
-    __syncwarp();  // the stage is read before a later copy reuses it
   }
-  cp_async_wait<0>();
 
-  // The per-warp results go through shared memory that aliases the ring: every warp must be done with it.
+  // Issues the chunks up to kMmaStages - 1 ahead that read only keys below `limit`.
+  __device__ __forceinline__ void issue_first(const PagedAttentionArgs& a, int seq, uint32_t stages, int lane,
+                                              int limit = INT_MAX) {
+    while (copied < kMmaStages - 1 && next_reads_below(limit)) issue_next(a, seq, stages, lane);
+  }
+
+  static __device__ __forceinline__ const int* table(const PagedAttentionArgs& a, int seq) {
+    return a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
+  }
+  static __device__ __forceinline__ int block_shift(const PagedAttentionArgs& a) { return __ffs(a.block_size) - 1; }
+};
+
+// This warp's stage 0 in the ring (stage s is mma_stage_region_bytes() x s further).
+template <bool kFp8>
+__device__ __forceinline__ uint32_t mma_warp_stages(unsigned char* ring) {
+  return smem_address(ring) + (threadIdx.x / 32) * MmaChunk<kFp8>::kStageBytes;
+}
+
+// The queries of piece `p`'s row for this CTA's KV head.
+template <bool kFp8>
+__device__ __forceinline__ MmaQueries fetch_piece_queries(const PagedAttentionArgs& a, const PieceSpan& p) {
+  const int group_size = a.num_heads / a.num_kv_heads;
+  return fetch_mma_queries<kFp8>(
+      a.q + static_cast<size_t>(p.row) * a.num_heads * kMmaDecodeDim + blockIdx.x * group_size * kMmaDecodeDim,
+      group_size, threadIdx.x % 32);
+}
+
+// Range `range` on tensor cores (head_dim 128; attention_decode_mma.cuh), from its first piece `next` on. Each
+// warp keeps kMmaStages - 1 chunks in flight in its own stages (cp.async, waited per lane and published to the warp
+// by __syncwarp: no CTA-wide barrier inside the key loop). A piece's start is a chain of loads (the block table,
+// the first chunks, the queries) and its end a merge through shared memory and, for a cut sequence, a partial, a
+// fence and an arrival count: so the next piece's chain is issued before the current piece ends, and the first
+// piece's table entries and chunks of keys from earlier steps before the wait for the previous kernel (only the
+// step's new keys and queries are being written by it).
+template <int G, bool kFp8>
+__device__ __forceinline__ void attend_range_mma(const PagedAttentionArgs& a, PieceSpan next,
+                                                 const long long* seq_prefix, int range, const DecodeRanges& ranges,
+                                                 Piece& piece, float* ws_acc, float* ws_ml, int* counters_end,
+                                                 unsigned char* ring) {
+  constexpr int D = kMmaDecodeDim;
+  constexpr int kStride = MmaChunkCopier<kFp8>::kStride;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int n = a.num_seqs;
+  const uint32_t stages = mma_warp_stages<kFp8>(ring);
+  // The last stage of every warp: the pieces' per-warp results, then their merge.
+  unsigned char* results = ring + (kMmaStages - 1) * mma_stage_region_bytes<kFp8>();
+  static_assert(sizeof(float) * kDecodeWarps * G * D <= mma_stage_region_bytes<kFp8>(),
+                "the per-warp accumulators must fit in the last stage of the warps");
+  static_assert(staged_merge_bytes<G>() <= mma_stage_region_bytes<kFp8>(), "the staged merge must fit there too");
+  auto* sm_acc = reinterpret_cast<float(*)[G][D]>(results);
   __shared__ float sm_max[kDecodeWarps][G];
   __shared__ float sm_sum[kDecodeWarps][G];
-  static_assert(sizeof(float) * kDecodeWarps * G * D <= kDecodeWarps * kMmaStages * kStageBytes,
-                "the per-warp accumulators must fit in the ring they alias");
-  auto* sm_acc = reinterpret_cast<float(*)[G][D]>(ring);
-  __syncthreads();
-  state.store(sm_acc, sm_max, sm_sum, warp, lane);
-  __syncthreads();
-  static_assert(staged_merge_bytes<G>() <= kDecodeWarps * kMmaStages * kStageBytes,
-                "the staged merge must fit in the ring");
-  finish_piece<D, G, kDecodeWarps, kFp8, true>(a, piece, sm_acc, sm_max, sm_sum, ws_acc, ws_ml, counters_end, ring);
+
+  MmaChunkCopier<kFp8> copies;
+  if (next.seq < n) {
+    copies.begin(a, next.seq, next.keys.begin, next.keys.end, warp);
+    copies.issue_first(a, next.seq, stages, lane, next.earlier_keys);
+  }
+  wait_for_previous_grid();
+  if (next.seq >= n) return;
+  MmaQueries queries = fetch_piece_queries<kFp8>(a, next);
+  do {
+    const PieceSpan cur = next;
+    if (threadIdx.x == 0) {
+      piece.seq = cur.seq;
+      piece.count = cur.held.last - cur.held.first + 1;
+      piece.first_slot = cur.seq + cur.held.first;
+      piece.slot = cur.seq + range;
+    }
+    copies.issue_first(a, cur.seq, stages, lane);
+    DecodeMmaWarp<G, kFp8> state;
+    state.load_queries(queries, a.scale, a.k_scale);
+    int done = 0;
+    for (int key0 = cur.keys.begin + warp * kMmaChunkKeys; key0 < cur.keys.end; key0 += kStride, ++done) {
+      copies.issue_next(a, cur.seq, stages, lane);  // kMmaStages - 1 chunks ahead of this one
+      cp_async_wait<kMmaStages - 1>();              // this lane's copies of chunk `done` have landed
+      __syncwarp();                                 // and every lane's
+      state.attend_chunk(stages + (done % kMmaStages) * mma_stage_region_bytes<kFp8>(), key0, cur.keys.end, lane);
+      __syncwarp();  // the stage is read before a later copy reuses it
+    }
+    // Every chunk of this piece has landed (the groups after the last were empty). This warp's stages before the
+    // last are free: the next piece's first chunks and queries go out now.
+    next = find_piece(a, seq_prefix, cur.seq + 1, range, ranges);
+    if (next.seq < n) {
+      copies.begin(a, next.seq, next.keys.begin, next.keys.end, warp);
+      copies.issue_first(a, next.seq, stages, lane);
+      queries = fetch_piece_queries<kFp8>(a, next);
+    }
+    __syncthreads();  // every warp is done with the last stage and `piece` is written
+    state.store(sm_acc, sm_max, sm_sum, warp, lane);
+    __syncthreads();
+    finish_piece<D, G, kDecodeWarps, kFp8, true>(a, piece, sm_acc, sm_max, sm_sum, ws_acc, ws_ml, counters_end,
+                                                 results);
+    __syncthreads();  // the last stage and `piece` are written again by the next piece
+  } while (next.seq < n);
+  cp_async_wait<0>();
 }
 
 // Resident CTAs per SM the kernel is compiled for: the most whose register budget the key loop fits without
@@ -757,31 +860,25 @@ __global__ void __launch_bounds__(kDecodeThreads, kMma ? mma_min_ctas(kFp8) : de
   const int range = blockIdx.y;
   const DecodeRanges ranges = make_ranges(seq_prefix[n], gridDim.y, longest);
   if (range >= ranges.used) return;
-  const int first = first_seq_of_range(seq_prefix, n, range, ranges);
-  wait_for_previous_grid();
-  for (int seq = first; seq < n; ++seq) {
-    const SeqKeys all = seq_keys(seq, seq_prefix[seq], seq_prefix[seq + 1]);
-    const SeqRanges held = seq_ranges(all.prefix, all.len, ranges);
-    if (held.first > range) break;
-    const KeySpan keys = range_keys(all.prefix, all.len, range, ranges);
-    const bool has_row = a.cu_seqlens_q[seq + 1] > a.cu_seqlens_q[seq];  // else a padding sequence
-    if (!has_row || (keys.begin == keys.end && all.len > 0)) continue;
-    if (threadIdx.x == 0) {
-      piece.seq = seq;
-      piece.count = held.last - held.first + 1;
-      piece.first_slot = seq + held.first;
-      piece.slot = seq + range;
+  PieceSpan next = find_piece(a, seq_prefix, first_seq_of_range(seq_prefix, n, range, ranges), range, ranges);
+  if constexpr (kMma) {
+    static_assert(D == kMmaDecodeDim, "the tensor-core key loop takes head_dim 128");
+    attend_range_mma<G, kFp8>(a, next, seq_prefix, range, ranges, piece, ws_acc, ws_ml, counters_end,
+                              reinterpret_cast<unsigned char*>(seq_prefix) + kMmaRingOffset);
+  } else {
+    wait_for_previous_grid();
+    while (next.seq < n) {
+      if (threadIdx.x == 0) {
+        piece.seq = next.seq;
+        piece.count = next.held.last - next.held.first + 1;
+        piece.first_slot = next.seq + next.held.first;
+        piece.slot = next.seq + range;
+      }
+      __syncthreads();
+      attend_piece<D, G, kFp8>(a, next.seq, next.keys.begin, next.keys.end, piece, ws_acc, ws_ml, counters_end);
+      next = find_piece(a, seq_prefix, piece.seq + 1, range, ranges);  // from shared memory: fewer live registers
+      __syncthreads();  // shared memory is written again by the next piece
     }
-    __syncthreads();
-    if constexpr (kMma) {
-      static_assert(D == kMmaDecodeDim, "the tensor-core key loop takes head_dim 128");
-      attend_piece_mma<G, kFp8>(a, seq, keys.begin, keys.end, piece, ws_acc, ws_ml, counters_end,
-                                reinterpret_cast<unsigned char*>(seq_prefix) + kMmaRingOffset);
-    } else {
-      attend_piece<D, G, kFp8>(a, seq, keys.begin, keys.end, piece, ws_acc, ws_ml, counters_end);
-    }
-    seq = piece.seq;  // reloaded: kept live through the piece, it would cost registers
-    __syncthreads();  // shared memory is written again by the next piece
   }
 }
 

@@ -80,6 +80,34 @@ __device__ __forceinline__ void stage_decode_chunk(uint32_t stage, const void* k
 
 __device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
 
+// A thread's share of the GQA group's queries as loaded (zero for heads at or past the real group), so that the
+// loads can be issued early and converted later. bf16 (the MMA's A fragments as they are): step s holds dims
+// 16s + 2t.. and 16s + 2t + 8..; for codes: dims 16s + 4t .. 16s + 4t + 3 (converted by load_queries).
+struct MmaQueries {
+  uint32_t v[8][2];
+};
+
+// q_heads: the row's queries of the group's first head.
+template <bool kFp8>
+__device__ __forceinline__ MmaQueries fetch_mma_queries(const __nv_bfloat16* q_heads, int group_size, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const bool real = g < group_size;
+  const __nv_bfloat16* head = q_heads + g * kMmaDecodeDim;
+  MmaQueries r;
+#pragma unroll
+  for (int s = 0; s < 8; ++s) {
+    if constexpr (!kFp8) {
+      r.v[s][0] = real ? __ldg(reinterpret_cast<const unsigned*>(head + 16 * s + 2 * t)) : 0u;
+      r.v[s][1] = real ? __ldg(reinterpret_cast<const unsigned*>(head + 16 * s + 2 * t + 8)) : 0u;
+    } else {
+      const uint2 raw = real ? __ldg(reinterpret_cast<const uint2*>(head + 16 * s + 4 * t)) : make_uint2(0, 0);
+      r.v[s][0] = raw.x;
+      r.v[s][1] = raw.y;
+    }
+  }
+  return r;
+}
+
 // One warp's running state over its chunks. G: query heads per KV head (<= 8); heads at or past the real
 // group size run on zero queries and are never stored.
 template <int G, bool kFp8>
@@ -92,28 +120,22 @@ struct DecodeMmaWarp {
   float run_sum = 0.f;        // head g, this thread's keys only (the quad is summed in store())
   float score_scale = 0.f;    // head g: scale x log2(e) (x k_scale x the queries' power of two with codes)
 
-  // q_heads: the row's queries of the group's first head. bf16: step s holds dims 16s + 2t.. and 16s + 2t + 8..;
-  // codes: dims 16s + 4t.. and 16s + 4t + 2.., as fp16 scaled by 2^-power.
-  __device__ __forceinline__ void load_queries(const __nv_bfloat16* q_heads, int group_size, float scale, float k_scale,
-                                               int lane) {
-    const int g = lane >> 2, t = lane & 3;
+  // The queries as fetch_mma_queries loaded them, converted for the MMAs (codes: fp16 scaled by 2^-power).
+  __device__ __forceinline__ void load_queries(const MmaQueries& raw, float scale, float k_scale) {
     score_scale = scale * kLog2e;
-    const bool real = g < group_size;
-    const __nv_bfloat16* head = q_heads + g * kMmaDecodeDim;
     if constexpr (!kFp8) {
 #pragma unroll
       for (int s = 0; s < 8; ++s) {
-        q[s][0] = real ? __ldg(reinterpret_cast<const unsigned*>(head + 16 * s + 2 * t)) : 0u;
-        q[s][1] = real ? __ldg(reinterpret_cast<const unsigned*>(head + 16 * s + 2 * t + 8)) : 0u;
+        q[s][0] = raw.v[s][0];
+        q[s][1] = raw.v[s][1];
       }
     } else {
       float v[8][4];
       float largest = 0.f;
 #pragma unroll
       for (int s = 0; s < 8; ++s) {
-        const uint2 raw = real ? __ldg(reinterpret_cast<const uint2*>(head + 16 * s + 4 * t)) : make_uint2(0, 0);
-        const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-        const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+        const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.v[s][0]));
+        const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.v[s][1]));
         v[s][0] = lo.x;
         v[s][1] = lo.y;
         v[s][2] = hi.x;

@@ -2,9 +2,10 @@
 // Programmatic dependent launch (sm_90+): kernels launched with launch_programmatic() may become resident
 // while the previous kernel of their stream still runs, so a decode step's ~250 small kernels stop paying a
 // launch gap each. The contract every such kernel keeps: it calls start_after_previous_grid() before its
-// first access to memory another kernel writes or reads (constant weights may be read before, as the GEMV
-// does), because until then the previous kernel may still be running. Kernels launched the ordinary way are
-// fully ordered as always, so mixing both is safe.
+// first access to memory another kernel writes or reads, because until then the previous kernel may still be
+// running. What no kernel of the step writes may be read before: constant weights (the GEMV), step metadata
+// uploaded by copies, and the K/V of keys from earlier steps (decode attention). Kernels launched the ordinary
+// way are fully ordered as always, so mixing both is safe.
 #include <cuda_runtime.h>
 
 #include <utility>

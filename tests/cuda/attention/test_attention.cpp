@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -22,6 +23,7 @@
 #include "backend/cuda/attention_decode_plan.cuh"
 #include "common/error.h"
 #include "common/half_float.h"
+#include "late_writer.h"
 #include "prefill_kernels.h"
 
 namespace nanovllm::attention_test {
@@ -764,6 +766,78 @@ TEST(Decode, SkipsSequencesWithoutQueryRows) {
   p.block_size = 32;
   p.seqs = {{1, 40}, {0, 1}, {1, 600}, {0, 1}, {1, 1}};
   expect_close(p, Kernel::kDecode);
+}
+
+// In a decode step the kernel ahead of decode attention (the KV write) writes each sequence's new key and its
+// queries, and decode attention starts before that kernel ends (programmatic launch), reading early only what no
+// kernel of the step writes. Here the kernel ahead writes the new keys and the queries 50 us late, over NaN: any
+// of them read before the wait shows.
+TEST(Decode, ReadsTheStepsNewKeysAfterTheKernelAhead) {
+  REQUIRE_DEVICE();
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> owned(stream, &cudaStreamDestroy);
+  for (const bool fp8 : {false, true}) {
+    for (const int head_dim : {64, 128}) {
+      for (const int block_size : {16, 256}) {
+        Problem p;
+        p.num_heads = 4;
+        p.num_kv_heads = 2;
+        p.head_dim = head_dim;
+        p.block_size = block_size;
+        p.fp8 = fp8;
+        p.seed = 900 + head_dim + block_size + (fp8 ? 1 : 0);
+        p.seqs = decode_seqs({1, 15, 16, 17, 64, 65, 300, 1000, 4097});
+        const HostBatch host = make_batch(p);
+        const std::vector<double> ref = reference_attention(p, host);
+        const int n = static_cast<int>(p.seqs.size());
+        const size_t key_bytes = static_cast<size_t>(p.num_kv_heads) * head_dim * (fp8 ? 1 : 2);  // a slot
+        const size_t q_bytes = static_cast<size_t>(p.num_heads) * head_dim * 2;                   // a row
+        const size_t ws_bytes = cuda::decode_workspace_bytes(n, p.num_heads, head_dim, device_sms());
+        for (const cuda::DecodeKernel loop : {cuda::DecodeKernel::kCudaCores, cuda::DecodeKernel::kTensorCores}) {
+          DeviceBatch dev = upload(p, host);
+          if (cuda::decode_kernel_for(dev.args, loop) != loop) continue;
+          // The true bytes move to `truth`, NaN takes their place, and the late writer puts them back.
+          DevicePtr truth = device_alloc(n * (2 * key_bytes + q_bytes));
+          std::vector<LateCopy> copies;
+          char* next = static_cast<char*>(truth.get());
+          const auto move_out = [&](void* at, size_t bytes) {
+            check(cudaMemcpy(next, at, bytes, cudaMemcpyDeviceToDevice), "save");
+            check(cudaMemset(at, 0xff, bytes), "poison");  // NaN in bf16 and in E4M3
+            copies.push_back({at, next, static_cast<int>(bytes)});
+            next += bytes;
+          };
+          for (int i = 0; i < n; ++i) {
+            const int key = p.seqs[i].seq_len - 1;
+            const size_t slot =
+                static_cast<size_t>(host.block_tables[i * host.max_blocks_per_seq + key / block_size]) * block_size +
+                key % block_size;
+            move_out(static_cast<char*>(dev.k_cache.get()) + slot * key_bytes, key_bytes);
+            move_out(static_cast<char*>(dev.v_cache.get()) + slot * key_bytes, key_bytes);
+            move_out(static_cast<char*>(dev.q.get()) + host.cu_seqlens_q[i] * q_bytes, q_bytes);
+          }
+          DevicePtr copy_list = device_alloc(copies.size() * sizeof(LateCopy));
+          check(cudaMemcpy(copy_list.get(), copies.data(), copies.size() * sizeof(LateCopy), cudaMemcpyHostToDevice),
+                "copy list");
+          DevicePtr workspace = device_alloc(ws_bytes);
+          char* ws = static_cast<char*>(workspace.get());
+          check(cudaMemset(ws, 0, ws_bytes), "zero workspace");  // the arrival counters at its end
+          poison_output(dev);
+          check(cudaDeviceSynchronize(), "setup");  // the copies and memsets above ran on the legacy stream
+          launch_late_writer(static_cast<const LateCopy*>(copy_list.get()), static_cast<int>(copies.size()), 50,
+                             stream);
+          cuda::paged_attention_decode(dev.args, ws, ws_bytes, device_sms(), stream, loop);
+          check(cudaStreamSynchronize(stream), "decode after the late writer");
+          const Comparison c = compare(download_output(dev), ref, static_cast<size_t>(p.num_heads) * head_dim);
+          const std::string what =
+              std::string(loop == cuda::DecodeKernel::kTensorCores ? "tensor cores " : "CUDA cores ") + p.describe();
+          EXPECT_EQ(c.unwritten, 0u) << what;
+          EXPECT_LE(c.rel, kRelTolerance) << what;
+          EXPECT_LE(c.max_abs, kAbsTolerance) << what;
+        }
+      }
+    }
+  }
 }
 
 TEST(Decode, WorkspaceTooSmallThrows) {
