@@ -83,24 +83,29 @@ NANOVLLM_HOST_DEVICE DecodeRanges make_ranges(long long total, int num_ranges, i
 // A range boundary that would cut a sequence within kDecodeSnapKeys keys of one of its ends moves to the nearer end
 // (the end itself on a tie): a fragment that short would cost its range a piece's fixed cost for little streaming,
 // and its sequence a partial and a merge. It moves at most 1/kDecodeSnapShare of a range, so that short ranges
-// (few keys in the step) still spread a sequence over several CTAs. Batch 8 of 128-token prompts: 0.88 -> 0.85
-// ms/token on an H100 (results.md R149, R150).
+// (few keys in the step) still spread a sequence over several CTAs, unless the sequence is kept whole (below). Batch 8
+// of 128-token prompts: 0.88 -> 0.85 ms/token on an H100 (results.md R149, R150).
 constexpr int kDecodeSnapKeys = kDecodePieceCost;
 constexpr int kDecodeSnapShare = 2;
 
+// A sequence of at most this many keys is never cut, however short the ranges: one CTA streams it (its first chunks
+// copied before the wait for the previous kernel, attention_decode.cu) sooner than several CTAs stream their parts
+// and merge them (batch 1-2 of 128-token prompts, 129-384 keys: 2-3% faster a token on an H100, results.md R158).
+constexpr int kDecodeWholeKeys = 2 * kDecodeSnapKeys;
+
 // How far past a sequence's first key (snap_to_start) or before its end (snap_to_end) a cut moves to that end, in
-// ranges of keys_per_range positions: up to the limit, and short of the sequence's middle, so that a cut moves to
-// at most one end.
-NANOVLLM_HOST_DEVICE long long snap_span(long long short_of_middle, long long keys_per_range) {
+// ranges of keys_per_range positions: up to the limit (no limit for a sequence kept whole), and short of the
+// sequence's middle, so that a cut moves to at most one end.
+NANOVLLM_HOST_DEVICE long long snap_span(int len, long long short_of_middle, long long keys_per_range) {
   const long long share = keys_per_range / kDecodeSnapShare;
-  const long long limit = share < kDecodeSnapKeys ? share : kDecodeSnapKeys;
+  const long long limit = len <= kDecodeWholeKeys ? short_of_middle : share < kDecodeSnapKeys ? share : kDecodeSnapKeys;
   return short_of_middle < limit ? short_of_middle : limit;
 }
 NANOVLLM_HOST_DEVICE long long snap_to_start(int len, long long keys_per_range) {
-  return snap_span(len > 0 ? (len - 1) / 2 : 0, keys_per_range);
+  return snap_span(len, len > 0 ? (len - 1) / 2 : 0, keys_per_range);
 }
 NANOVLLM_HOST_DEVICE long long snap_to_end(int len, long long keys_per_range) {
-  return snap_span(len > 0 ? len / 2 : 0, keys_per_range);
+  return snap_span(len, len > 0 ? len / 2 : 0, keys_per_range);
 }
 
 // The key at which a range boundary `offset` positions past a sequence's first key (len keys) cuts it: past its end,

@@ -483,6 +483,9 @@ TEST(AttentionArgs, RangesCoverEveryKeyOnce) {
         }
         const SeqRanges held = seq_ranges(starts[i], lens[i], ranges);
         ASSERT_EQ(pieces[i], held.last - held.first + 1) << "seq " << i;
+        if (lens[i] <= kDecodeWholeKeys) {
+          ASSERT_EQ(pieces[i], 1) << "seq " << i << " of " << lens[i] << " keys is cut";
+        }
         ASSERT_LE(pieces[i], kDecodeMaxPieces + 1) << "seq " << i;
       }
     }
