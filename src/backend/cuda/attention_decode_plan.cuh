@@ -97,8 +97,9 @@ constexpr int kDecodeWholeKeys = 2 * kDecodeSnapKeys;
 // ranges of keys_per_range positions: up to the limit (no limit for a sequence kept whole), and short of the
 // sequence's middle, so that a cut moves to at most one end.
 NANOVLLM_HOST_DEVICE long long snap_span(int len, long long short_of_middle, long long keys_per_range) {
+  if (len <= kDecodeWholeKeys) return short_of_middle;  // every cut moves to an end
   const long long share = keys_per_range / kDecodeSnapShare;
-  const long long limit = len <= kDecodeWholeKeys ? short_of_middle : share < kDecodeSnapKeys ? share : kDecodeSnapKeys;
+  const long long limit = share < kDecodeSnapKeys ? share : kDecodeSnapKeys;
   return short_of_middle < limit ? short_of_middle : limit;
 }
 NANOVLLM_HOST_DEVICE long long snap_to_start(int len, long long keys_per_range) {
