@@ -119,6 +119,11 @@ struct PieceSpan {
   SeqRanges held;
   int earlier_keys;  // the sequence's keys from earlier steps: all but its query rows' own
   int row;           // its query row (decode rows have one)
+
+  // What the code after the key loop needs of it, for range `range`.
+  __device__ __forceinline__ Piece to_piece(int range) const {
+    return {seq, held.last - held.first + 1, seq + held.first, seq + range};
+  }
 };
 
 // The range's first piece from sequence `seq` on (seq = num_seqs when none is left): padding sequences (no query
@@ -131,9 +136,9 @@ __device__ __forceinline__ PieceSpan find_piece(const PagedAttentionArgs& a, con
     const SeqRanges held = seq_ranges(all.prefix, all.len, ranges);
     if (held.first > range) break;
     const KeySpan keys = range_keys(all.prefix, all.len, range, ranges);
-    const int rows = a.cu_seqlens_q[seq + 1] - a.cu_seqlens_q[seq];  // 0: a padding sequence
-    if (rows > 0 && (keys.begin < keys.end || all.len == 0))
-      return {seq, keys, held, all.len - rows, a.cu_seqlens_q[seq + 1] - 1};
+    const int rows_end = a.cu_seqlens_q[seq + 1];
+    const int rows = rows_end - a.cu_seqlens_q[seq];  // 0: a padding sequence
+    if (rows > 0 && (keys.begin < keys.end || all.len == 0)) return {seq, keys, held, all.len - rows, rows_end - 1};
   }
   return {a.num_seqs, {}, {}, 0, 0};
 }
@@ -683,14 +688,13 @@ __device__ __forceinline__ void attend_piece(const PagedAttentionArgs& a, int se
 constexpr int kMmaStages = 3;
 constexpr int mma_min_ctas(bool fp8) { return fp8 ? 3 : 2; }
 constexpr int kMmaRingOffset = ((kDecodeMaxSeqs + 1) * 8 + 127) / 128 * 128;  // after the largest prefix array
-constexpr int mma_smem_bytes(bool fp8) {
-  return kMmaRingOffset +
-         kDecodeWarps * kMmaStages * (fp8 ? MmaChunk<true>::kStageBytes : MmaChunk<false>::kStageBytes);
-}
 // One stage of every warp.
 template <bool kFp8>
 constexpr int mma_stage_region_bytes() {
   return kDecodeWarps * MmaChunk<kFp8>::kStageBytes;
+}
+constexpr int mma_smem_bytes(bool fp8) {
+  return kMmaRingOffset + kMmaStages * (fp8 ? mma_stage_region_bytes<true>() : mma_stage_region_bytes<false>());
 }
 
 // One warp's copies of one piece's chunks into its stages: it takes every fourth chunk of 16 keys of the piece, and
@@ -797,10 +801,7 @@ __device__ __forceinline__ void attend_range_mma(const PagedAttentionArgs& a, Pi
   do {
     const PieceSpan cur = next;
     if (threadIdx.x == 0) {
-      piece.seq = cur.seq;
-      piece.count = cur.held.last - cur.held.first + 1;
-      piece.first_slot = cur.seq + cur.held.first;
-      piece.slot = cur.seq + range;
+      piece = cur.to_piece(range);
     }
     copies.issue_first(a, cur.seq, stages, lane);
     DecodeMmaWarp<G, kFp8> state;
@@ -869,10 +870,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kMma ? mma_min_ctas(kFp8) : de
     wait_for_previous_grid();
     while (next.seq < n) {
       if (threadIdx.x == 0) {
-        piece.seq = next.seq;
-        piece.count = next.held.last - next.held.first + 1;
-        piece.first_slot = next.seq + next.held.first;
-        piece.slot = next.seq + range;
+        piece = next.to_piece(range);
       }
       __syncthreads();
       attend_piece<D, G, kFp8>(a, next.seq, next.keys.begin, next.keys.end, piece, ws_acc, ws_ml, counters_end);

@@ -70,17 +70,32 @@ struct KernelComparison {
   Comparison c;
 };
 
+// A decode launch's workspace for problem p: reset() poisons the partials (a read of one never written shows) and
+// zeroes the arrival counters at its end, as the engine leaves them between launches.
+struct DecodeWorkspace {
+  size_t bytes = 0, counter_bytes = 0;
+  DevicePtr memory;
+
+  explicit DecodeWorkspace(const Problem& p)
+      : bytes(cuda::decode_workspace_bytes(static_cast<int>(p.seqs.size()), p.num_heads, p.head_dim, device_sms())),
+        counter_bytes(cuda::decode_workspace_counter_bytes(static_cast<int>(p.seqs.size()), p.num_kv_heads)),
+        memory(device_alloc(bytes)) {}
+  char* data() const { return static_cast<char*>(memory.get()); }
+  void reset() const {
+    check(cudaMemset(data(), 0xff, std::max<size_t>(bytes, 16)), "poison workspace");
+    if (bytes) check(cudaMemset(data() + bytes - counter_bytes, 0, counter_bytes), "zero counters");
+  }
+};
+
 // Decode: one comparison (and the replay checks below). Prefill: one per kernel of prefill_kernels_to_compare.
 std::vector<KernelComparison> run_case(const Problem& p, Kernel kernel) {
   const HostBatch host = make_batch(p);
   DeviceBatch dev = upload(p, host);
   std::vector<std::pair<std::string, std::vector<uint16_t>>> outs;
   if (kernel == Kernel::kDecode) {
-    const int num_seqs = static_cast<int>(p.seqs.size());
-    const size_t ws_bytes = cuda::decode_workspace_bytes(num_seqs, p.num_heads, p.head_dim, device_sms());
-    const size_t counter_bytes = cuda::decode_workspace_counter_bytes(num_seqs, p.num_kv_heads);
-    DevicePtr workspace = device_alloc(ws_bytes);
-    char* ws = static_cast<char*>(workspace.get());
+    const DecodeWorkspace workspace(p);
+    char* ws = workspace.data();
+    const size_t ws_bytes = workspace.bytes, counter_bytes = workspace.counter_bytes;
     // Every key loop that takes these arguments (the tensor-core one only where it applies).
     std::vector<cuda::DecodeKernel> loops = {cuda::DecodeKernel::kCudaCores};
     if (cuda::decode_kernel_for(dev.args, cuda::DecodeKernel::kTensorCores) == cuda::DecodeKernel::kTensorCores)
@@ -89,9 +104,7 @@ std::vector<KernelComparison> run_case(const Problem& p, Kernel kernel) {
       const std::string name =
           loop == cuda::DecodeKernel::kTensorCores ? "decode (tensor cores)" : "decode (CUDA cores)";
       poison_output(dev);
-      // Partials poisoned (a read of one never written shows), the arrival counters at the end zeroed.
-      check(cudaMemset(ws, 0xff, std::max<size_t>(ws_bytes, 16)), "poison workspace");
-      if (ws_bytes) check(cudaMemset(ws + ws_bytes - counter_bytes, 0, counter_bytes), "zero counters");
+      workspace.reset();
       cuda::paged_attention_decode(dev.args, ws, ws_bytes, device_sms(), nullptr, loop);
       outs.emplace_back(name, download_output(dev));
       // A second launch on the same workspace (as a graph replay does) finds the counters back at zero and
@@ -796,7 +809,6 @@ TEST(Decode, ReadsTheStepsNewKeysAfterTheKernelAhead) {
         const int n = static_cast<int>(p.seqs.size());
         const size_t key_bytes = static_cast<size_t>(p.num_kv_heads) * head_dim * (fp8 ? 1 : 2);  // a slot
         const size_t q_bytes = static_cast<size_t>(p.num_heads) * head_dim * 2;                   // a row
-        const size_t ws_bytes = cuda::decode_workspace_bytes(n, p.num_heads, head_dim, device_sms());
         for (const cuda::DecodeKernel loop : {cuda::DecodeKernel::kCudaCores, cuda::DecodeKernel::kTensorCores}) {
           DeviceBatch dev = upload(p, host);
           if (cuda::decode_kernel_for(dev.args, loop) != loop) continue;
@@ -822,14 +834,13 @@ TEST(Decode, ReadsTheStepsNewKeysAfterTheKernelAhead) {
           DevicePtr copy_list = device_alloc(copies.size() * sizeof(LateCopy));
           check(cudaMemcpy(copy_list.get(), copies.data(), copies.size() * sizeof(LateCopy), cudaMemcpyHostToDevice),
                 "copy list");
-          DevicePtr workspace = device_alloc(ws_bytes);
-          char* ws = static_cast<char*>(workspace.get());
-          check(cudaMemset(ws, 0, ws_bytes), "zero workspace");  // the arrival counters at its end
+          const DecodeWorkspace workspace(p);
+          workspace.reset();
           poison_output(dev);
           check(cudaDeviceSynchronize(), "setup");  // the copies and memsets above ran on the legacy stream
           launch_late_writer(static_cast<const LateCopy*>(copy_list.get()), static_cast<int>(copies.size()), 50,
                              stream);
-          cuda::paged_attention_decode(dev.args, ws, ws_bytes, device_sms(), stream, loop);
+          cuda::paged_attention_decode(dev.args, workspace.data(), workspace.bytes, device_sms(), stream, loop);
           check(cudaStreamSynchronize(stream), "decode after the late writer");
           const Comparison c = compare(download_output(dev), ref, static_cast<size_t>(p.num_heads) * head_dim);
           const std::string what =
