@@ -11,8 +11,8 @@
 #      Qwen3-8B at TP 1, 2 and 4 (as many as there are GPUs)
 #   7. the speed targets, one run each (not in the default STEPS): the workload bf16 and with an FP8 cache,
 #      --latency at batch 1 / 32 / 128 (bf16 and FP8 weights), Qwen3-8B batch 1 and its workload, the
-#      long-context workload bf16 and FP8 cache, bench_attention; the bench runs' headline lines printed last
-#      (bench_attention's table is in its log)
+#      long-context workload bf16 and FP8 cache, bench_attention (each once, whichever step runs it); the bench
+#      runs' headline lines printed last (bench_attention's table is in its log)
 set -u
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 C=.carry
@@ -103,27 +103,29 @@ if [[ " $STEPS " == *" 6 "* ]]; then
   fi
 fi
 if [[ " $STEPS " == *" 7 "* ]]; then
+  # Runs steps 3, 5 and 6 already make (the same command) are not repeated: their logs are read below instead.
   nv="$C/bin/nanovllm"
   q06=(--model "$C/Qwen3-0.6B.config.json" --no-progress) q8=(--model "$C/Qwen3-8B.config.json" --no-progress)
-  step target_workload 200 "$nv" bench "${q06[@]}"
+  [[ " $STEPS " == *" 5 "* ]] || step bench_throughput 200 "$nv" bench "${q06[@]}"
+  [[ " $STEPS " == *" 5 "* ]] || step bench_latency 90 "$nv" bench "${q06[@]}" --latency
   step target_workload_fp8_kv 200 "$nv" bench "${q06[@]}" --kv-cache-dtype fp8
-  step target_latency_b1 90 "$nv" bench "${q06[@]}" --latency
   step target_latency_b1_fp8_weights 90 "$nv" bench "${q06[@]}" --latency --quantization fp8
   step target_latency_b32_1k 120 "$nv" bench "${q06[@]}" --latency --batch-size 32 --input-len 1024
   step target_latency_b128_1k 120 "$nv" bench "${q06[@]}" --latency --batch-size 128 --input-len 1024
-  step target_8b_latency_b1 150 "$nv" bench "${q8[@]}" --latency
+  [[ " $STEPS " == *" 6 "* ]] || step latency_8b_tp1 150 "$nv" bench "${q8[@]}" --latency
   step target_8b_latency_b1_fp8_weights 150 "$nv" bench "${q8[@]}" --latency --quantization fp8
-  step target_8b_workload 300 "$nv" bench "${q8[@]}"
+  [[ " $STEPS " == *" 6 "* ]] || step bench_8b_tp1 300 "$nv" bench "${q8[@]}"
   step target_long_context 300 "$nv" bench "${q06[@]}" --long-context
   step target_long_context_fp8_kv 300 "$nv" bench "${q06[@]}" --long-context --kv-cache-dtype fp8
-  step target_attention 200 "$C/build/tests/cuda/attention/bench_attention" 20
+  [[ " $STEPS " == *" 3 "* ]] || step attention_bench 60 "$C/build/tests/cuda/attention/bench_attention"
 fi
 tar czf "$OUT/suite.tgz" -C "$W" .
 echo "==== summary: $(cat "$W/gpu.txt") ===="
 printf '%s\n' "${summary[@]}"
 if [[ " $STEPS " == *" 7 "* ]]; then
   echo "==== targets ===="
-  for log in "$W"/logs/target_*.log; do
+  for log in "$W"/logs/{bench_throughput,bench_latency,latency_8b_tp1,bench_8b_tp1,target_*}.log; do
+    [[ -f "$log" ]] || continue
     echo "-- $(basename "$log" .log)"
     grep -hE "^(workload|latency|memory floor|  prefill)" "$log"
   done
