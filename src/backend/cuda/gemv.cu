@@ -12,12 +12,24 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_vec.cuh"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/gemv_common.cuh"
+#include "backend/cuda/gemv_streamed.h"
 #include "backend/cuda/programmatic_launch.cuh"
 #include "backend/cuda/silu.cuh"
 #include "common/fp8.h"
 
 namespace nanovllm::cuda {
 namespace {
+
+using gemv_detail::add_norm_sum_piece;
+using gemv_detail::load_activation_or_zero;
+using gemv_detail::mma_bf16_m16n8k16;
+using gemv_detail::norm_fold_of;
+using gemv_detail::norm_sum_value;
+using gemv_detail::NormFold;
+using gemv_detail::NormFoldParams;
+using gemv_detail::round_to_bf16;
+using gemv_detail::store_output;
 
 constexpr int kRowsPerGroup = 8;        // the mma's N: one weight row per lane quad
 constexpr int kStepK = 32;              // k per step: 4 lanes × 8 bf16 (FP8: step_k)
@@ -65,63 +77,6 @@ __device__ __forceinline__ float load_scale_or_zero(const float* p, bool pred) {
   return v;
 }
 
-// volatile + "memory": x is written by the previous kernel, so these loads must stay after
-// wait_for_previous_grid() (the W loads may move freely). A plain (coherent) ld.global rather than .nc:
-// under a programmatic dependent launch x is written while this grid is already resident.
-__device__ __forceinline__ uint4 load_activation_or_zero(const __nv_bfloat16* p, bool pred) {
-  uint4 v;
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\t"
-      "mov.b32 %3, 0;\n\t@p ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(static_cast<int>(pred))
-      : "memory");
-  return v;
-}
-
-// c[4] += A (16 × 16 bf16, row-major fragments a0..a3) · B (16 × 8 bf16, column fragments b0, b1).
-__device__ __forceinline__ void mma_bf16_m16n8k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                  uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Which side of a folded RMSNorm a call is (GemvArgs): neither, the call after it, or the call before it.
-enum class NormFold { kNone, kScaleByInputRms, kAddResidual };
-
-// GemvArgs' fields for a folded norm, as the kernel takes them.
-struct NormFoldParams {
-  __nv_bfloat16* residual;
-  const __nv_bfloat16* norm_weight;
-  GemvNormSum* sum_squares;
-  GemvNormSum* stale_sums;
-  int stale_sum_count;
-  const GemvNormSum* input_sum_squares;
-  float eps;
-};
-
-// GemvNormSum's range and flag.
-constexpr float kNormSumFractionUnits = 0x1p40f;  // fraction units a whole unit
-constexpr float kNormSumMaxPiece = 0x1p52f;
-constexpr unsigned long long kNormSumNotFinite = 1ull << 63;
-
-// Adds one 8-row piece (>= 0) of a row's sum of squares. Both words are exact functions of the piece (its whole
-// part, and its fraction scaled by 2^40 and rounded), so the integer total is the same in any order.
-__device__ __forceinline__ void add_norm_sum_piece(GemvNormSum* sum, float square) {
-  if (!(square < kNormSumMaxPiece)) {  // inf, NaN or out of range
-    atomicOr(&sum->whole, kNormSumNotFinite);
-    return;
-  }
-  const float whole = floorf(square);
-  const auto whole_units = static_cast<unsigned long long>(whole);
-  const auto fraction_units = static_cast<unsigned long long>(rintf((square - whole) * kNormSumFractionUnits));
-  if (whole_units != 0) atomicAdd(&sum->whole, whole_units);
-  if (fraction_units != 0) atomicAdd(&sum->fraction, fraction_units);
-}
-
 // 16 bytes from global to shared memory (cp.async) where `copy`, else nothing: the predicate inside the asm.
 // (attention_detail::cp_async_16 with 0 source bytes would zero-fill the destination, which another lane copies.)
 __device__ __forceinline__ void copy_16_async_if(void* dst_shared, const void* src, bool copy) {
@@ -130,19 +85,6 @@ __device__ __forceinline__ void copy_16_async_if(void* dst_shared, const void* s
           attention_detail::smem_address(dst_shared)),
       "l"(src), "r"(static_cast<int>(copy))
       : "memory");
-}
-
-__device__ __forceinline__ float norm_sum_value(unsigned long long whole, unsigned long long fraction) {
-  if ((whole & kNormSumNotFinite) != 0) return __int_as_float(0x7fffffff);  // NaN
-  return static_cast<float>(static_cast<double>(whole) +
-                            static_cast<double>(fraction) / static_cast<double>(kNormSumFractionUnits));
-}
-
-__device__ __forceinline__ float round_to_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
-__device__ __forceinline__ void store_output(float* out, int64_t i, float v) { out[i] = v; }
-__device__ __forceinline__ void store_output(__nv_bfloat16* out, int64_t i, float v) {
-  out[i] = __float2bfloat16_rn(v);
 }
 
 // Registers a thread: what one 16-warp CTA an SM leaves (launch bounds), except that a folded norm's kernel for up
@@ -492,12 +434,6 @@ int warps_for(bool fp8, int warp_steps, int ctas, int sm_count) {
   return std::clamp((warp_steps + rounds - 1) / rounds, 1, kMaxWarps);
 }
 
-NormFold norm_fold_of(const GemvArgs& a) {
-  return a.residual != nullptr            ? NormFold::kAddResidual
-         : a.input_sum_squares != nullptr ? NormFold::kScaleByInputRms
-                                          : NormFold::kNone;
-}
-
 template <int kTokenGroups, int kRowGroups, typename OutT, bool kSwiglu, NormFold kNorm>
 void launch(const GemvArgs& a, int token_slices, int sm_count, cudaStream_t stream) {
   const bool fp8 = a.weight_fp8 != nullptr;
@@ -611,6 +547,11 @@ bool gemv_supports(const GemvArgs& a) {
 int gemv_token_slices(const GemvArgs& a, int sm_count) { return layout_of(a, sm_count).token_slices; }
 
 void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
+  if (gemv_streamed_takes(a)) return launch_gemv_streamed(a, std::max(sm_count, 1), stream);
+  launch_gemv_rounds(a, sm_count, stream);
+}
+
+void launch_gemv_rounds(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   if (!gemv_supports(a)) {
     throw InvalidInput(
         "gemv: unsupported call tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) +

@@ -91,6 +91,10 @@ int gemv_token_slices(const GemvArgs& args, int sm_count);
 // multiprocessor count (sizes the grid). Launched as a programmatic dependent launch where enabled
 // (programmatic_launch.h): its CTAs may start, and stream their first weights, while the previous kernel of
 // the stream finishes; they read x and write out only after that kernel has completed.
+// Large weights at one or two tokens go to the streamed kernel on sm_90 (gemv_streamed.h), the rest to the kernel of
+// gemv.cu.
 void launch_gemv(const GemvArgs& args, int sm_count, cudaStream_t stream);
+// gemv.cu's kernel whatever the weight (benchmarks compare the two; tests cover both).
+void launch_gemv_rounds(const GemvArgs& args, int sm_count, cudaStream_t stream);
 
 }  // namespace nanovllm::cuda

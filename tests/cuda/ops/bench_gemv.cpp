@@ -7,7 +7,10 @@
 // As in bench_cuda_ops, each measurement captures 20 calls into a CUDA graph and reports the median of 15
 // replays / 20; the calls rotate over enough weight copies to exceed L2, so W comes from device memory.
 //
-//   bench_gemv [0.6b|8b] [fp8] [fold]   (one line per op, T and path; the last column is GEMV speed-up)
+// The GEMV column is gemv.cu's kernel (launch_gemv_rounds) whatever the weight; with `streamed`, the streamed kernel
+// (gemv_streamed.h) on the same calls beside it (launch_gemv takes it for large weights at one or two tokens).
+//
+//   bench_gemv [0.6b|8b] [fp8] [fold] [streamed]   (one line per op, T and path; the last column is GEMV speed-up)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +23,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/gemv_streamed.h"
 #include "backend/cuda/programmatic_launch.h"
 #include "tests/cuda/ops/bench_support.h"
 
@@ -120,7 +124,7 @@ void print_fold_timings(CudaBackend& gpu, const Shape& s, int t, const cuda::Gem
   }
 }
 
-void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
+void run(const std::vector<Shape>& shapes, bool fp8, bool fold, bool streamed) {
   CudaBackend gpu(0);
   const double read_gbs = gpu.measure_read_bandwidth_gbs(size_t{2} << 30);
   int device = 0, sms = 0;
@@ -190,12 +194,21 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
         std::printf("%-8s %4d  %10.2f %10.2f %9.0f  (FP8 codes)\n", s.name, t, fp8_bytes / (read_gbs * 1e3), gemv_us,
                     fp8_bytes / (gemv_us * 1e3));
       }
+      if (streamed && cuda::gemv_streamed_supports(args)) {
+        const double streamed_us = graph_time_us(gpu, [&](int i) {
+          cuda::GemvArgs a = args;
+          a.weight = weights[i % copies];
+          cuda::launch_gemv_streamed(a, sms, gpu.stream());
+        });
+        std::printf("%-8s %4d  %10.2f %10.2f %9.0f  (streamed)\n", s.name, t, floor_us, streamed_us,
+                    bytes / (streamed_us * 1e3));
+      }
       if (fold && t <= cuda::kGemvMaxTokens) print_fold_timings(gpu, s, t, args, weights, fp8_weights, fill, sms, keep);
       if (cuda::gemv_supports(args)) {
         const double gemv_us = graph_time_us(gpu, [&](int i) {
           cuda::GemvArgs a = args;
           a.weight = weights[i % copies];
-          cuda::launch_gemv(a, sms, gpu.stream());
+          cuda::launch_gemv_rounds(a, sms, gpu.stream());
         });
         std::printf("%-8s %4d  %10.2f %10.2f %9.0f  %10.2f %9.0f  %7.2fx\n", s.name, t, floor_us, gemv_us,
                     bytes / (gemv_us * 1e3), cublas_us, bytes / (cublas_us * 1e3), cublas_us / gemv_us);
@@ -212,7 +225,7 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold) {
 
 int main(int argc, char** argv) {
   try {
-    bool fp8 = false, fold = false;
+    bool fp8 = false, fold = false, streamed = false;
     const std::vector<nanovllm::Shape>* shapes = &nanovllm::kQwen3_0_6b;
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
@@ -220,14 +233,16 @@ int main(int argc, char** argv) {
         fp8 = true;
       } else if (arg == "fold") {
         fold = true;
+      } else if (arg == "streamed") {
+        streamed = true;
       } else if (arg == "8b") {
         shapes = &nanovllm::kQwen3_8b;
       } else if (arg != "0.6b") {
-        std::fprintf(stderr, "bench_gemv: unknown argument '%s' (expected 0.6b, 8b, fp8 or fold)\n", argv[i]);
+        std::fprintf(stderr, "bench_gemv: unknown argument '%s' (expected 0.6b, 8b, fp8, fold or streamed)\n", argv[i]);
         return 2;
       }
     }
-    nanovllm::run(*shapes, fp8, fold);
+    nanovllm::run(*shapes, fp8, fold, streamed);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gemv: %s\n", e.what());
     return 1;

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/gemv_streamed.h"
 #include "tests/cuda/ops/ops_test_support.h"
 #include "tests/support/expect_invalid.h"
 
@@ -30,6 +31,20 @@ std::string describe(int t, int n, int k, bool bias, DType out) {
 
 class GemvTest : public CudaOpsTest {
  protected:
+  // Why the streamed kernel (gemv_streamed.h) cannot run here, or empty: it is sm_90a code.
+  static std::string streamed_kernel_absent() {
+    cuda::GemvArgs probe;
+    probe.x = probe.weight = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});
+    probe.out = reinterpret_cast<void*>(uintptr_t{256});
+    probe.tokens = 1, probe.n = 8, probe.k = 8;
+    if (!cuda::gemv_streamed_supports(probe)) return "no sm_90a code in this build";
+    int major = 0, minor = 0, device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+      return "no device attributes";
+    return major == 9 && minor == 0 ? "" : "the streamed kernel is sm_90a code";
+  }
   int sm_count() {
     int device = 0, count = 0;
     EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
@@ -38,8 +53,9 @@ class GemvTest : public CudaOpsTest {
   }
 
   // Runs the GEMV for every token count in `token_counts` with and without bias, into bf16 and fp32
-  // outputs, against the CPU's fp32 linear of the same values; launched for `sms` SMs (0: this GPU's).
-  void check_shape(int n, int k, const std::vector<int>& token_counts, int sms = 0) {
+  // outputs, against the CPU's fp32 linear of the same values; launched for `sms` SMs (0: this GPU's). streamed:
+  // the streamed kernel (gemv_streamed.h) instead.
+  void check_shape(int n, int k, const std::vector<int>& token_counts, int sms = 0, bool streamed = false) {
     const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
     const auto b = random_bf16_values(rng_, n);
     const Tensor gpu_w = gpu_bf16(w, {n, k}), gpu_b = gpu_bf16(b, {n});
@@ -63,8 +79,13 @@ class GemvTest : public CudaOpsTest {
                                     t,
                                     n,
                                     k};
-          ASSERT_TRUE(cuda::gemv_supports(args)) << describe(t, n, k, bias, out_dtype);
-          cuda::launch_gemv(args, sms, gpu().stream());
+          if (streamed) {
+            ASSERT_TRUE(cuda::gemv_streamed_supports(args)) << describe(t, n, k, bias, out_dtype);
+            cuda::launch_gemv_streamed(args, sms, gpu().stream());
+          } else {
+            ASSERT_TRUE(cuda::gemv_supports(args)) << describe(t, n, k, bias, out_dtype);
+            cuda::launch_gemv(args, sms, gpu().stream());
+          }
           expect_rel_l2(read_gpu(out), reference, out_dtype == DType::F32 ? 1e-4 : 1e-2,
                         describe(t, n, k, bias, out_dtype));
           if (HasFailure()) return;
@@ -99,6 +120,113 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemvShapeTest, ::testing::ValuesIn(gemv_shapes(
                          [](const ::testing::TestParamInfo<GemvShape>& info) {
                            return "N" + std::to_string(info.param.n) + "_K" + std::to_string(info.param.k);
                          });
+
+// The streamed kernel: a partial last 1024-column stage (k 200, 1032, 4104), rows past n in the last group (n 1, 17,
+// 1001), several groups a CTA and the stage ring wrapping many times (launched for 1, 3 and this GPU's SMs).
+TEST_F(GemvTest, StreamedMatchesCpu) {
+  if (const std::string why = streamed_kernel_absent(); !why.empty()) GTEST_SKIP() << why;
+  const std::vector<int> tokens{1, 2, 7, 8, 9, 16};
+  for (const int sms : {0, 3, 1}) {
+    SCOPED_TRACE("launched for " + std::to_string(sms) + " SMs (0: all)");
+    for (const GemvShape s : {GemvShape{1, 8}, GemvShape{17, 200}, GemvShape{1001, 1032}, GemvShape{4096, 1024},
+                              GemvShape{2048, 4104}, GemvShape{300, 12288}})
+      check_shape(s.n, s.k, sms == 1 && s.n > 1100 ? std::vector<int>{1, 9} : tokens, sms, true);
+    if (HasFailure()) return;
+  }
+}
+
+// The streamed kernel's fused SiLU and folded norms against gemv.cu's kernel on the same operands, at token counts the
+// engine routes to it (1, 2) and the rest it takes (up to 16), with several output groups a CTA (3 SMs) and one a CTA:
+// the SiLU's outputs, the input-scaled products, and the residual call's new residual, its residual x weight and its
+// sums of squares, all within rounding of the other kernel's (their sums are added in another order).
+TEST_F(GemvTest, StreamedFoldsMatchRoundsKernel) {
+  if (const std::string why = streamed_kernel_absent(); !why.empty()) GTEST_SKIP() << why;
+  const int n = 512, k = 3080;  // a partial last stage; 64 output groups
+  constexpr size_t kWords = sizeof(cuda::GemvNormSum) / sizeof(int64_t);
+  const auto words = static_cast<int64_t>(kWords);
+  const Tensor w = gpu_bf16(random_bf16_values(rng_, int64_t{2} * n * k, 0.1f), {2 * n, k});
+  const Tensor norm_weight = gpu_bf16(random_bf16_values(rng_, n), {n});
+  for (const int sms : {0, 3}) {
+    for (const int t : {1, 2, 5, 9, 16}) {
+      const std::string where = "T=" + std::to_string(t) + " SMs=" + std::to_string(sms);
+      const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * k), {t, k});
+      std::vector<int64_t> sum_words(static_cast<size_t>(t) * kWords, 0);
+      for (int r = 0; r < t; ++r) sum_words[static_cast<size_t>(r) * kWords] = 1000 * (r + 1);  // whole parts
+      const Tensor input_sums = gpu_raw(sum_words, DType::I64, {t, words});
+      const auto residual_values = random_bf16_values(rng_, int64_t{t} * n);
+      // Each call on both kernels; f fills the call's own operands.
+      const auto both = [&](const auto& f) {
+        std::vector<float> outs[2];
+        for (const bool streamed : {false, true}) {
+          cuda::GemvArgs a{x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, nullptr, DType::BF16, t, n, k};
+          Tensor out = f(a);
+          ASSERT_TRUE(cuda::gemv_streamed_supports(a)) << where;
+          if (streamed) {
+            cuda::launch_gemv_streamed(a, sms == 0 ? sm_count() : sms, gpu().stream());
+          } else {
+            cuda::launch_gemv_rounds(a, sms == 0 ? sm_count() : sms, gpu().stream());
+          }
+          outs[streamed] = read_gpu(out);
+        }
+        expect_rel_l2(outs[1], outs[0], 1e-2, where);
+      };
+      Tensor out_silu = gpu_empty(DType::BF16, {t, n}), out_scaled = gpu_empty(DType::BF16, {t, n});
+      SCOPED_TRACE("fused SiLU");
+      both([&](cuda::GemvArgs& a) {
+        a.swiglu = true, a.out = out_silu.data;
+        return out_silu;
+      });
+      SCOPED_TRACE("fused SiLU of the input scaled by its rms");
+      both([&](cuda::GemvArgs& a) {
+        a.swiglu = true, a.out = out_silu.data;
+        a.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_sums.data), a.eps = 1e-6f;
+        return out_silu;
+      });
+      SCOPED_TRACE("input scaled by its rms");
+      both([&](cuda::GemvArgs& a) {
+        a.out = out_scaled.data;
+        a.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_sums.data), a.eps = 1e-6f;
+        return out_scaled;
+      });
+      // The residual's call, each kernel from the same residual and zeroed sums.
+      std::vector<float> residuals[2], halves[2];
+      std::vector<int64_t> sums[2];
+      for (const bool streamed : {false, true}) {
+        Tensor residual = gpu_bf16(residual_values, {t, n}), half = gpu_empty(DType::BF16, {t, n});
+        Tensor added = gpu_raw(std::vector<int64_t>(static_cast<size_t>(t) * kWords, 0), DType::I64, {t, words});
+        Tensor stale = gpu_raw(std::vector<int64_t>(3 * kWords, 7), DType::I64, {3, words});
+        cuda::GemvArgs a{x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, half.data, DType::BF16, t, n, k};
+        a.residual = static_cast<__nv_bfloat16*>(residual.data), a.norm_weight = norm_weight.as<__nv_bfloat16>();
+        a.sum_squares = static_cast<cuda::GemvNormSum*>(added.data);
+        a.stale_sums = static_cast<cuda::GemvNormSum*>(stale.data), a.stale_sum_count = 3;
+        ASSERT_TRUE(cuda::gemv_streamed_supports(a)) << where;
+        if (streamed) {
+          cuda::launch_gemv_streamed(a, sms == 0 ? sm_count() : sms, gpu().stream());
+        } else {
+          cuda::launch_gemv_rounds(a, sms == 0 ? sm_count() : sms, gpu().stream());
+        }
+        residuals[streamed] = read_gpu(residual), halves[streamed] = read_gpu(half);
+        sums[streamed].resize(static_cast<size_t>(t) * kWords);
+        gpu().download(added.data, sums[streamed].data(), added.bytes());
+        std::vector<int64_t> stale_words(3 * kWords);
+        gpu().download(stale.data, stale_words.data(), stale.bytes());
+        for (int r = 0; r < 3; ++r)
+          ASSERT_TRUE(stale_words[static_cast<size_t>(r) * kWords] == 0 &&
+                      stale_words[static_cast<size_t>(r) * kWords + 16] == 0)
+              << where << ": stale sums not zeroed";
+      }
+      expect_rel_l2(residuals[1], residuals[0], 1e-2, where + ": residual");
+      expect_rel_l2(halves[1], halves[0], 1e-2, where + ": residual x weight");
+      for (int r = 0; r < t; ++r) {
+        const size_t at = static_cast<size_t>(r) * kWords;
+        const double a = static_cast<double>(sums[0][at]) + std::ldexp(static_cast<double>(sums[0][at + 16]), -40);
+        const double b = static_cast<double>(sums[1][at]) + std::ldexp(static_cast<double>(sums[1][at + 16]), -40);
+        EXPECT_NEAR(b, a, 1e-2 * a) << where << ": sum of squares of row " << r;
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
 
 // Above 16 tokens a grid under one wave runs as two slices of 16 tokens (gemv.cu's layout_for). The grid follows the
 // SM count the launch is given, so both layouts run here on any GPU: 132 SMs slice these calls (two slices of 64 CTAs

@@ -1,0 +1,308 @@
+// The streamed skinny linear (gemv_streamed.h; docs/kernels/gemv.md, "Streamed"). CTA b of the grid owns the output
+// groups [G b / grid, G (b + 1) / grid) of 8 rows (with the fused SiLU, 8 outputs: 8 gate rows and the 8 up rows of
+// the same outputs), a contiguous byte range of the weight (two with the SiLU). Its last warp copies that range
+// kChunkK columns of a group's 8 rows at a time (one bulk copy a row, issued by 8 lanes) into a ring of kStages
+// shared-memory stages; the other warps take each landed stage together, a quarter of its columns each, with the
+// permuted mma.m16n8k16 of gemv.cu (A = x: 16 token slots, B = W^T: the group's 8 rows), and after a group's last
+// stage add their partial tiles through shared memory and finish the group's outputs as gemv.cu does: the input's
+// 1 / rms, the bias, SiLU(gate) x up, or the residual add and the next norm's sums.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_wgmma.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv_common.cuh"
+#include "backend/cuda/gemv_streamed.h"
+#include "backend/cuda/programmatic_launch.cuh"
+#include "backend/cuda/silu.cuh"
+
+namespace nanovllm::cuda {
+namespace {
+
+using attention_detail::smem_address;
+using gemv_detail::NormFold;
+
+constexpr int kRowsPerGroup = 8;  // the mma's N
+constexpr int kComputeWarps = 4;  // each takes a quarter of every stage's columns
+constexpr int kThreads = (kComputeWarps + 1) * 32;
+constexpr int kTileFloats = 32 * 4;  // one warp's C fragments
+static_assert(kComputeWarps * 32 == kTileFloats, "one tile element a computing thread in the epilogue");
+// The ring (bench_gemv, Qwen3-8B's projections at T = 1): 1,536 columns x 4 stages (~100 KiB) measured faster than
+// 2,048 x 3, 1,024 x 6 and 1,024 x 7 on an H200, and than half the ring (1,536 x 2, 1,024 x 3), which would let the
+// next call's CTA in beside this one, on an H100. Copies of 1 KiB (512 columns x 12) ran at half the bandwidth: a bulk
+// copy costs its SM ~60 ns however small, so a row's copy must be a few KiB (docs/kernels/gemv.md, "Streamed").
+constexpr int kChunkK = 1536;
+constexpr int kStages = 4;
+constexpr int kWarpK = kChunkK / kComputeWarps;
+constexpr int kWarpSteps = kWarpK / 32;  // steps of 32 columns (two mmas) a warp takes of a stage
+constexpr int kPassSteps = kWarpSteps % 6 == 0 ? 6 : kWarpSteps % 8 == 0 ? 8 : 4;  // a pass's x and weight registers
+static_assert(kWarpSteps % kPassSteps == 0, "whole passes");
+constexpr int kAccumulators = kPassSteps % 3 == 0 ? 3 : 4;  // independent mma chains
+// A stage's rows lie 64 bytes further apart than their length: lane quad g reads 64 bytes of row g, and rows g and
+// g + 1 then start 16 banks apart, so a warp's 16-byte loads take the four wavefronts of their 512 bytes.
+constexpr int kRowStrideBytes = kChunkK * 2 + 64;
+constexpr int kStageBytes = kRowsPerGroup * kRowStrideBytes;
+constexpr int kMaxTokens = kGemvStreamedMaxTokens;
+// The ring, its full and empty barriers, two sets of the warps' partial tiles, and each token's 1 / rms.
+constexpr size_t kBarrierOffset = size_t{kStages} * kStageBytes;
+constexpr size_t kTileOffset = kBarrierOffset + 2 * kStages * sizeof(uint64_t);
+constexpr size_t kInvRmsOffset = kTileOffset + 2 * kComputeWarps * kTileFloats * sizeof(float);
+constexpr size_t kSharedBytes = kInvRmsOffset + kMaxTokens * sizeof(float);
+static_assert(kSharedBytes <= kStepSharedMemoryBytes, "the decode step's shared split holds one CTA");
+
+// Named barrier 1 over the computing warps (the copying warp never joins it).
+__device__ __forceinline__ void compute_warps_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kComputeWarps * 32) : "memory");
+}
+
+// kTokenGroups: 1 for up to 8 tokens (the tile's rows 8-15 zero), 2 for up to 16. kSwiglu and kNorm: GemvArgs'
+// swiglu and folded norm, finished as gemv.cu finishes them, so the outputs are the same bits for the same sums.
+template <int kTokenGroups, typename OutT, bool kSwiglu, NormFold kNorm>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemv_streamed_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ weight,
+                         const __nv_bfloat16* __restrict__ bias, OutT* __restrict__ out, int tokens, int n, int k,
+                         gemv_detail::NormFoldParams norm) {
+#ifdef NANOVLLM_WGMMA
+  using attention_detail::bulk_copy_to_shared;
+  using attention_detail::mbarrier_arrive;
+  using attention_detail::mbarrier_arrive_expect_tx;
+  using attention_detail::mbarrier_init;
+  using attention_detail::mbarrier_wait;
+  static_assert(!kSwiglu || std::is_same_v<OutT, __nv_bfloat16>, "the fused SiLU writes bf16");
+  static_assert(kNorm == NormFold::kNone || std::is_same_v<OutT, __nv_bfloat16>, "a folded norm writes bf16");
+  static_assert(kNorm != NormFold::kAddResidual || !kSwiglu, "the residual's call is a plain one");
+  extern __shared__ __align__(128) unsigned char shared[];
+  const uint32_t stages = smem_address(shared);
+  const uint32_t full = stages + kBarrierOffset;  // kStages barriers: a stage landed
+  const uint32_t empty = full + kStages * 8;      // kStages barriers: every computing warp has read it
+  auto* partial = reinterpret_cast<float4*>(shared + kTileOffset);  // [2][warps][32]
+  auto* inv_rms = reinterpret_cast<float*>(shared + kInvRmsOffset);
+
+  allow_next_grid();
+  constexpr int kHalves = kSwiglu ? 2 : 1;  // weight groups an output group: gate and up rows
+  const int out_groups = (n + kRowsPerGroup - 1) / kRowsPerGroup;
+  const int first_group = static_cast<int>(int64_t{out_groups} * blockIdx.x / gridDim.x);
+  const int end_group = static_cast<int>(int64_t{out_groups} * (blockIdx.x + 1) / gridDim.x);
+  const int chunks = (k + kChunkK - 1) / kChunkK;
+  const int total = (end_group - first_group) * kHalves * chunks;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full + 8 * s, 1);
+      mbarrier_init(empty + 8 * s, kComputeWarps);
+    }
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  if (warp == kComputeWarps) {  // the copying warp: weights are constant, so no wait for the previous kernel
+    if (lane >= kRowsPerGroup) return;
+    for (int s = 0; s < total; ++s) {
+      const int slot = s % kStages, use = s / kStages;
+      const int weight_group = s / chunks, k0 = (s % chunks) * kChunkK;
+      const int group = first_group + weight_group / kHalves;
+      const int row0 = weight_group % kHalves == 1 ? n + group * kRowsPerGroup : group * kRowsPerGroup;
+      const uint32_t row_bytes = static_cast<uint32_t>(min(kChunkK, k - k0)) * 2;
+      // Rows past n (a last partial group, never with the SiLU) are left as they are: their outputs are not stored.
+      const int rows = min(kRowsPerGroup, n - group * kRowsPerGroup);
+      if (lane == 0) {
+        if (use > 0) mbarrier_wait(empty + 8 * slot, (use - 1) & 1);
+        mbarrier_arrive_expect_tx(full + 8 * slot, static_cast<uint32_t>(rows) * row_bytes);
+      }
+      __syncwarp(0xffu);
+      if (lane < rows)  // lane r copies row r
+        bulk_copy_to_shared(stages + slot * kStageBytes + lane * kRowStrideBytes,
+                            weight + (static_cast<int64_t>(row0) + lane) * k + k0, row_bytes, full + 8 * slot);
+    }
+    return;
+  }
+
+  wait_for_previous_grid();  // x, the norm's sums and the residual are the previous kernels' outputs
+  if constexpr (kNorm == NormFold::kScaleByInputRms) {
+    if (threadIdx.x < static_cast<unsigned>(tokens)) {
+      const GemvNormSum& sum = norm.input_sum_squares[threadIdx.x];
+      inv_rms[threadIdx.x] =
+          rsqrtf(gemv_detail::norm_sum_value(sum.whole, sum.fraction) / static_cast<float>(k) + norm.eps);
+    }
+    compute_warps_sync();
+  }
+  if constexpr (kNorm == NormFold::kAddResidual) {
+    if (blockIdx.x == 0)
+      for (int i = threadIdx.x; i < 2 * norm.stale_sum_count; i += kComputeWarps * 32)
+        (i % 2 == 0 ? norm.stale_sums[i / 2].whole : norm.stale_sums[i / 2].fraction) = 0;
+  }
+  const int g = lane >> 2, c = lane & 3;
+  const __nv_bfloat16* x_row[kTokenGroups];
+  bool x_live[kTokenGroups];
+#pragma unroll
+  for (int h = 0; h < kTokenGroups; ++h) {
+    x_live[h] = g + 8 * h < tokens;
+    x_row[h] = x + static_cast<int64_t>(x_live[h] ? g + 8 * h : 0) * k;
+  }
+  // The epilogue's element of a group's tile: thread i sums element i % 4 of lane i / 4's fragments, token (l / 4) +
+  // 8 (j / 2) and row 2 (l % 4) + j % 2 of the group.
+  const int l = threadIdx.x >> 2, j = threadIdx.x & 3;
+  const int token = (l >> 2) + 8 * (j >> 1), group_row = 2 * (l & 3) + (j & 1);
+  float gate = 0.0f;                                      // kSwiglu: this element's gate product, rounded
+  __nv_bfloat16 residual_in = __float2bfloat16_rn(0.0f);  // kAddResidual: loaded at the group's first stage
+  __nv_bfloat16 norm_weight = residual_in;
+  float accs[kAccumulators][4] = {};
+  for (int s = 0; s < total; ++s) {
+    const int slot = s % kStages, use = s / kStages;
+    const int chunk = s % chunks, k0 = chunk * kChunkK, chunk_k = min(kChunkK, k - k0);
+    const int weight_group = s / chunks, group = first_group + weight_group / kHalves;
+    const int out_row = group * kRowsPerGroup + group_row;
+    const bool stored = token < tokens && out_row < n;
+    if constexpr (kNorm == NormFold::kAddResidual) {
+      if (chunk == 0 && stored) {  // in flight while the group's stages are multiplied
+        residual_in = norm.residual[static_cast<int64_t>(token) * n + out_row];
+        norm_weight = norm.norm_weight[out_row];
+      }
+    }
+    // In passes of kPassSteps: each pass's x loads first (they do not wait for the stage), then its weights from the
+    // stage, then its mmas; the stage is released once the last pass has read it.
+#pragma unroll
+    for (int pass = 0; pass < kWarpSteps / kPassSteps; ++pass) {
+      uint4 wv[kPassSteps], xv[kPassSteps][kTokenGroups];
+#pragma unroll
+      for (int u = 0; u < kPassSteps; ++u) {
+        const int kk = warp * kWarpK + (pass * kPassSteps + u) * 32 + 8 * c;
+#pragma unroll
+        for (int h = 0; h < kTokenGroups; ++h)
+          xv[u][h] = gemv_detail::load_activation_or_zero(x_row[h] + k0 + kk, kk < chunk_k && x_live[h]);
+      }
+      if (pass == 0) mbarrier_wait(full + 8 * slot, use & 1);
+      const unsigned char* row = shared + slot * kStageBytes + g * kRowStrideBytes;
+#pragma unroll
+      for (int u = 0; u < kPassSteps; ++u) {
+        const int kk = warp * kWarpK + (pass * kPassSteps + u) * 32 + 8 * c;
+        wv[u] = kk < chunk_k ? *reinterpret_cast<const uint4*>(row + kk * 2) : make_uint4(0, 0, 0, 0);
+      }
+      if (pass == kWarpSteps / kPassSteps - 1) {  // the warp's reads are done: one arrival releases them
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(empty + 8 * slot);
+      }
+#pragma unroll
+      for (int u = 0; u < kPassSteps; ++u) {
+        const uint4 lo = xv[u][0], hi = kTokenGroups > 1 ? xv[u][kTokenGroups - 1] : make_uint4(0, 0, 0, 0);
+        gemv_detail::mma_bf16_m16n8k16(accs[u % kAccumulators], lo.x, hi.x, lo.y, hi.y, wv[u].x, wv[u].y);
+        gemv_detail::mma_bf16_m16n8k16(accs[u % kAccumulators], lo.z, hi.z, lo.w, hi.w, wv[u].z, wv[u].w);
+      }
+    }
+    if (chunk != chunks - 1) continue;
+
+    // The weight group's last stage: the warps' partial tiles, alternating buffers so that one barrier a group
+    // suffices (a thread writes a buffer again only after every thread has passed the barrier of the group between).
+    float4* tiles = partial + (weight_group & 1) * kComputeWarps * 32;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int a = 0; a < kAccumulators; ++a) {
+      acc.x += accs[a][0], acc.y += accs[a][1], acc.z += accs[a][2], acc.w += accs[a][3];
+      accs[a][0] = accs[a][1] = accs[a][2] = accs[a][3] = 0.0f;
+    }
+    tiles[warp * 32 + lane] = acc;
+    compute_warps_sync();
+    float sum = 0.0f;
+    if (stored) {
+      const float* flat = &tiles[0].x;
+#pragma unroll
+      for (int w = 0; w < kComputeWarps; ++w) sum += flat[w * kTileFloats + threadIdx.x];
+      if constexpr (kNorm == NormFold::kScaleByInputRms) sum *= inv_rms[token];
+      if (bias != nullptr) sum += __bfloat162float(bias[out_row]);
+    }
+    const int64_t at = static_cast<int64_t>(token) * n + out_row;
+    if constexpr (kSwiglu) {
+      if (weight_group % 2 == 0) {
+        gate = gemv_detail::round_to_bf16(sum);
+      } else if (stored) {
+        gemv_detail::store_output(out, at, silu_mul(gate, gemv_detail::round_to_bf16(sum)));
+      }
+    } else if constexpr (kNorm == NormFold::kAddResidual) {
+      float square = 0.0f;
+      if (stored) {  // as add_rms_norm: the output rounded as stored, added in fp32, the sum rounded
+        const float h = gemv_detail::round_to_bf16(__bfloat162float(residual_in) + gemv_detail::round_to_bf16(sum));
+        norm.residual[at] = __float2bfloat16_rn(h);
+        gemv_detail::store_output(out, at, h * __bfloat162float(norm_weight));
+        square = h * h;
+      }
+      // A token's 8 rows are the threads that differ in bits 0, 2 and 3 (gemv.cu's residual call sums them alike).
+      square += __shfl_xor_sync(0xffffffffu, square, 1);
+      square += __shfl_xor_sync(0xffffffffu, square, 4);
+      square += __shfl_xor_sync(0xffffffffu, square, 8);
+      if ((lane & 13) == 0 && token < tokens) gemv_detail::add_norm_sum_piece(norm.sum_squares + token, square);
+    } else if (stored) {
+      gemv_detail::store_output(out, at, sum);
+    }
+  }
+#endif
+}
+
+template <int kTokenGroups, typename OutT, bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
+void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
+  const int out_groups = (a.n + kRowsPerGroup - 1) / kRowsPerGroup;
+  const int ctas = std::clamp(out_groups, 1, std::max(sm_count, 1));
+  auto kernel = gemv_streamed_kernel<kTokenGroups, OutT, kSwiglu, kNorm>;
+  attention_detail::allow_dynamic_smem(kernel, kSharedBytes, "gemv_streamed");
+  const gemv_detail::NormFoldParams norm{a.residual,        a.norm_weight,       a.sum_squares, a.stale_sums,
+                                         a.stale_sum_count, a.input_sum_squares, a.eps};
+  launch_programmatic("gemv_streamed_kernel", kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), kSharedBytes,
+                      stream, a.x, a.weight, a.bias, static_cast<OutT*>(a.out), a.tokens, a.n, a.k, norm);
+}
+
+template <typename OutT, bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
+void launch_with_tokens(const GemvArgs& a, int sm_count, cudaStream_t stream) {
+  if (a.tokens > 8) return launch<2, OutT, kSwiglu, kNorm>(a, sm_count, stream);
+  launch<1, OutT, kSwiglu, kNorm>(a, sm_count, stream);
+}
+
+bool device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  NANOVLLM_CUDA_CHECK(cudaGetDevice(&device));
+  NANOVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  NANOVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+
+}  // namespace
+
+bool gemv_streamed_supports(const GemvArgs& a) {
+#ifdef NANOVLLM_CUDA_HAS_SM90A
+  // What gemv_supports checks (the fold's operands among it), for bf16 weights and up to 16 tokens; the fused SiLU
+  // and the residual's call need whole 8-row groups (gemv_supports asks n % 16 and n % 8 of them).
+  return gemv_supports(a) && a.weight != nullptr && a.weight_fp8 == nullptr && a.tokens <= kGemvStreamedMaxTokens;
+#else
+  (void)a;
+  return false;
+#endif
+}
+
+bool gemv_streamed_takes(const GemvArgs& a) {
+  return a.tokens <= kGemvStreamedRouteMaxTokens && a.k >= kGemvStreamedMinK &&
+         int64_t{a.n} * (a.swiglu ? 2 : 1) * a.k >= kGemvStreamedMinWeight && gemv_streamed_supports(a) &&
+         device_is_sm90();
+}
+
+void launch_gemv_streamed(const GemvArgs& a, int sm_count, cudaStream_t stream) {
+  if (!gemv_streamed_supports(a))
+    throw InvalidInput("gemv_streamed: unsupported call tokens=" + std::to_string(a.tokens) +
+                       " n=" + std::to_string(a.n) + " k=" + std::to_string(a.k) +
+                       " (needs an sm_90a build, bf16 weights, 1 <= tokens <= " +
+                       std::to_string(kGemvStreamedMaxTokens) + " and what launch_gemv needs)");
+  using Bf16 = __nv_bfloat16;
+  switch (gemv_detail::norm_fold_of(a)) {
+    case NormFold::kAddResidual:
+      return launch_with_tokens<Bf16, false, NormFold::kAddResidual>(a, sm_count, stream);
+    case NormFold::kScaleByInputRms:
+      if (a.swiglu) return launch_with_tokens<Bf16, true, NormFold::kScaleByInputRms>(a, sm_count, stream);
+      return launch_with_tokens<Bf16, false, NormFold::kScaleByInputRms>(a, sm_count, stream);
+    case NormFold::kNone:
+      break;
+  }
+  if (a.swiglu) return launch_with_tokens<Bf16, true>(a, sm_count, stream);
+  if (a.out_dtype == DType::F32) return launch_with_tokens<float>(a, sm_count, stream);
+  launch_with_tokens<Bf16>(a, sm_count, stream);
+}
+
+}  // namespace nanovllm::cuda
