@@ -57,6 +57,7 @@ if [[ " $STEPS " == *" 3 "* ]]; then
   OUT="$W/logs/cuda" step cuda_tests 240 tests/cuda/run_on_device.sh "$C/build"
   step attention_bench 60 "$C/build/tests/cuda/attention/bench_attention"
   step gemv_bench 60 "$C/build/tests/cuda/ops/bench_gemv"
+  step gemv_bench_8b 120 "$C/build/tests/cuda/ops/bench_gemv" 8b streamed  # the old and the streamed kernel
   step sampler_bench 60 "$C/build/tests/cuda/ops/bench_sampler"
 fi
 if [[ " $STEPS " == *" 4 "* ]]; then
