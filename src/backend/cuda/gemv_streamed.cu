@@ -290,6 +290,9 @@ void launch_gemv_streamed(const GemvArgs& a, int sm_count, cudaStream_t stream) 
                        " n=" + std::to_string(a.n) + " k=" + std::to_string(a.k) +
                        " (needs an sm_90a build, bf16 weights, 1 <= tokens <= " +
                        std::to_string(kGemvStreamedMaxTokens) + " and what launch_gemv needs)");
+  // A build for sm_90a and older GPUs has the kernel, but its body is empty outside sm_90a code.
+  if (!device_is_sm90())
+    throw InvalidInput("gemv_streamed: the current device is not sm_90 (the kernel is sm_90a code)");
   using Bf16 = __nv_bfloat16;
   switch (gemv_detail::norm_fold_of(a)) {
     case NormFold::kAddResidual:

@@ -31,9 +31,10 @@ bool gemv_streamed_supports(const GemvArgs& args);
 // Whether launch_gemv streams this call: gemv_streamed_supports, the bounds above, and an sm_90 device current.
 bool gemv_streamed_takes(const GemvArgs& args);
 
-// Enqueues the streamed GEMV (throws InvalidInput when !gemv_streamed_supports(args)); min(sm_count, groups of 8
-// outputs) CTAs. Launched as a programmatic dependent launch where enabled: the weights stream before the wait for the
-// previous kernel, x, the residual and the norm's sums are read after it.
+// Enqueues the streamed GEMV on min(sm_count, groups of 8 outputs) CTAs; throws InvalidInput when
+// !gemv_streamed_supports(args) or the current device is not sm_90. Launched as a programmatic dependent launch where
+// enabled: the weights stream before the wait for the previous kernel, x, the residual and the norm's sums are read
+// after it.
 void launch_gemv_streamed(const GemvArgs& args, int sm_count, cudaStream_t stream);
 
 }  // namespace nanovllm::cuda

@@ -135,6 +135,20 @@ TEST_F(GemvTest, StreamedMatchesCpu) {
   }
 }
 
+// A build with the streamed kernel (sm_90a code) refuses it on another GPU rather than launching the kernel's empty
+// body there; launch_gemv never sends it (gemv_streamed_takes). Runs only off sm_90.
+TEST_F(GemvTest, StreamedRefusedOffSm90) {
+  const std::string why = streamed_kernel_absent();
+  if (why.empty() || why == "no sm_90a code in this build") GTEST_SKIP() << (why.empty() ? "an sm_90 device" : why);
+  const int t = 1, n = 4096, k = 4096;
+  const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * k), {t, k});
+  const Tensor w = gpu_bf16(random_bf16_values(rng_, int64_t{n} * k, 0.1f), {n, k});
+  Tensor out = gpu_empty(DType::BF16, {t, n});
+  const cuda::GemvArgs a{x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, out.data, DType::BF16, t, n, k};
+  EXPECT_FALSE(cuda::gemv_streamed_takes(a));
+  EXPECT_THROW(cuda::launch_gemv_streamed(a, sm_count(), gpu().stream()), InvalidInput);
+}
+
 // The streamed kernel's fused SiLU and folded norms against gemv.cu's kernel on the same operands, at token counts the
 // engine routes to it (1, 2) and the rest it takes (up to 16), with several output groups a CTA (3 SMs) and one a CTA:
 // the SiLU's outputs, the input-scaled products, and the residual call's new residual, its residual x weight and its
