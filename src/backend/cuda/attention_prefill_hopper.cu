@@ -25,6 +25,7 @@
 #include "backend/cuda/fp8_vec.cuh"
 #include "backend/cuda/paged_cache_tensor_map.h"
 #include "backend/cuda/programmatic_launch.cuh"
+#include "backend/cuda/sm90a_code.h"
 #include "common/fp8.h"
 
 namespace nanovllm::cuda::attention_detail {
@@ -634,18 +635,7 @@ PrefillKernel wgmma_prefill_variant(const PagedAttentionArgs& args) {
 }
 
 PrefillKernel prefill_kernel_for_device() {
-#ifdef NANOVLLM_CUDA_HAS_SM90A
-  int device = 0;
-  int major = 0;
-  int minor = 0;
-  attention_detail::check_cuda(cudaGetDevice(&device), "prefill_kernel_for_device: cudaGetDevice");
-  attention_detail::check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-                               "prefill_kernel_for_device: compute capability major");
-  attention_detail::check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
-                               "prefill_kernel_for_device: compute capability minor");
-  if (major == 9 && minor == 0) return PrefillKernel::kWgmma;
-#endif
-  return PrefillKernel::kMmaSync;
+  return sm90a_code_runs_here() ? PrefillKernel::kWgmma : PrefillKernel::kMmaSync;
 }
 
 }  // namespace nanovllm::cuda

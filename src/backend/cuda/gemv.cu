@@ -544,27 +544,28 @@ bool gemv_supports(const GemvArgs& a) {
          swiglu_ok && norm_ok;
 }
 
+std::string gemv_requirements(const GemvArgs& a) {
+  return "1 <= tokens <= " + std::to_string(max_tokens_of(a)) +
+         ", k % 8 == 0, 16-byte aligned x and weight, BF16 or F32 out" +
+         (a.swiglu ? "; fused SiLU: n % 16 == 0, no bias, BF16 out, FP8 codes under 32 M elements" : "") +
+         (norm_fold_of(a) == NormFold::kAddResidual
+              ? "; residual add: BF16 out, no bias, no SiLU, n % 8 == 0, n <= " + std::to_string(kGemvMaxNormWidth) +
+                    ", aligned residual, norm weight and sums, stale sums apart from the sums"
+          : norm_fold_of(a) == NormFold::kScaleByInputRms
+              ? std::string("; scaled by the input's rms: BF16 out, aligned sums")
+              : std::string());
+}
+
 int gemv_token_slices(const GemvArgs& a, int sm_count) { return layout_of(a, sm_count).token_slices; }
 
 void launch_gemv(const GemvArgs& a, int sm_count, cudaStream_t stream) {
-  if (gemv_streamed_takes(a)) return launch_gemv_streamed(a, std::max(sm_count, 1), stream);
-  launch_gemv_rounds(a, sm_count, stream);
+  if (!launch_gemv_streamed_if_taken(a, sm_count, stream)) launch_gemv_rounds(a, sm_count, stream);
 }
 
 void launch_gemv_rounds(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   if (!gemv_supports(a)) {
-    throw InvalidInput(
-        "gemv: unsupported call tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) +
-        " k=" + std::to_string(a.k) + " (needs 1 <= tokens <= " + std::to_string(max_tokens_of(a)) +
-        ", k % 8 == 0, 16-byte aligned x and weight, BF16 or F32 out" +
-        (a.swiglu ? "; fused SiLU: n % 16 == 0, no bias, BF16 out, FP8 codes under 32 M elements" : "") +
-        (norm_fold_of(a) == NormFold::kAddResidual
-             ? "; residual add: BF16 out, no bias, no SiLU, n % 8 == 0, n <= " + std::to_string(kGemvMaxNormWidth) +
-                   ", aligned residual, norm weight and sums, stale sums apart from the sums"
-         : norm_fold_of(a) == NormFold::kScaleByInputRms
-             ? std::string("; scaled by the input's rms: BF16 out, aligned sums")
-             : std::string()) +
-        ")");
+    throw InvalidInput("gemv: unsupported call tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) +
+                       " k=" + std::to_string(a.k) + " (needs " + gemv_requirements(a) + ")");
   }
   sm_count = std::max(sm_count, 1);
   const GemvLayout layout = layout_of(a, sm_count);

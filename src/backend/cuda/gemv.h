@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "common/dtype.h"
 
@@ -82,6 +83,9 @@ int gemv_max_tokens(int64_t weight_elements, bool fp8_codes);
 // of 8 (16 for FP8 codes with their scales), x and weight 16-byte aligned, out_dtype BF16 or F32. Any n (but
 // see swiglu).
 bool gemv_supports(const GemvArgs& args);
+
+// What gemv_supports asks of calls like these arguments, in words (for error messages).
+std::string gemv_requirements(const GemvArgs& args);
 
 // The token slices (the grid's second dimension) launch_gemv runs these arguments in for sm_count SMs: 2 above 16
 // tokens where the call's grid would leave SMs idle (gemv.cu's layout_for), else 1. For tests and benchmarks.

@@ -18,6 +18,7 @@
 #include "backend/cuda/gemv_streamed.h"
 #include "backend/cuda/programmatic_launch.cuh"
 #include "backend/cuda/silu.cuh"
+#include "backend/cuda/sm90a_code.h"
 
 namespace nanovllm::cuda {
 namespace {
@@ -32,25 +33,24 @@ constexpr int kTileFloats = 32 * 4;  // one warp's C fragments
 static_assert(kComputeWarps * 32 == kTileFloats, "one tile element a computing thread in the epilogue");
 // The ring (bench_gemv, Qwen3-8B's projections at T = 1): 1,536 columns x 4 stages (~100 KiB) measured faster than
 // 2,048 x 3, 1,024 x 6 and 1,024 x 7 on an H200, and than half the ring (1,536 x 2, 1,024 x 3), which would let the
-// next call's CTA in beside this one, on an H100. Copies of 1 KiB (512 columns x 12) ran at half the bandwidth: a bulk
-// copy costs its SM ~60 ns however small, so a row's copy must be a few KiB (docs/kernels/gemv.md, "Streamed").
+// next call's CTA in beside this one, on an H100. Copies of 1 KiB (512 columns x 12, issued by one lane) ran at half
+// the bandwidth, ~60 ns a copy (computed), so a row's copy is a few KiB (docs/kernels/gemv.md, "Streamed").
 constexpr int kChunkK = 1536;
 constexpr int kStages = 4;
 constexpr int kWarpK = kChunkK / kComputeWarps;
 constexpr int kWarpSteps = kWarpK / 32;  // steps of 32 columns (two mmas) a warp takes of a stage
-constexpr int kPassSteps = kWarpSteps % 6 == 0 ? 6 : kWarpSteps % 8 == 0 ? 8 : 4;  // a pass's x and weight registers
-static_assert(kWarpSteps % kPassSteps == 0, "whole passes");
-constexpr int kAccumulators = kPassSteps % 3 == 0 ? 3 : 4;  // independent mma chains
+constexpr int kPassSteps = 6;            // steps a pass: its x and weight registers
+constexpr int kAccumulators = 3;         // independent mma chains, each step's mmas on one of them
+static_assert(kWarpSteps % kPassSteps == 0 && kPassSteps % kAccumulators == 0, "whole passes, even chains");
 // A stage's rows lie 64 bytes further apart than their length: lane quad g reads 64 bytes of row g, and rows g and
 // g + 1 then start 16 banks apart, so a warp's 16-byte loads take the four wavefronts of their 512 bytes.
 constexpr int kRowStrideBytes = kChunkK * 2 + 64;
 constexpr int kStageBytes = kRowsPerGroup * kRowStrideBytes;
-constexpr int kMaxTokens = kGemvStreamedMaxTokens;
 // The ring, its full and empty barriers, two sets of the warps' partial tiles, and each token's 1 / rms.
 constexpr size_t kBarrierOffset = size_t{kStages} * kStageBytes;
 constexpr size_t kTileOffset = kBarrierOffset + 2 * kStages * sizeof(uint64_t);
 constexpr size_t kInvRmsOffset = kTileOffset + 2 * kComputeWarps * kTileFloats * sizeof(float);
-constexpr size_t kSharedBytes = kInvRmsOffset + kMaxTokens * sizeof(float);
+constexpr size_t kSharedBytes = kInvRmsOffset + kGemvStreamedMaxTokens * sizeof(float);
 static_assert(kSharedBytes <= kStepSharedMemoryBytes, "the decode step's shared split holds one CTA");
 
 // Named barrier 1 over the computing warps (the copying warp never joins it).
@@ -257,42 +257,14 @@ void launch_with_tokens(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   launch<1, OutT, kSwiglu, kNorm>(a, sm_count, stream);
 }
 
-bool device_is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  NANOVLLM_CUDA_CHECK(cudaGetDevice(&device));
-  NANOVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  NANOVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
-}
-
-}  // namespace
-
-bool gemv_streamed_supports(const GemvArgs& a) {
 #ifdef NANOVLLM_CUDA_HAS_SM90A
-  // What gemv_supports checks (the fold's operands among it), for bf16 weights and up to 16 tokens; the fused SiLU
-  // and the residual's call need whole 8-row groups (gemv_supports asks n % 16 and n % 8 of them).
-  return gemv_supports(a) && a.weight != nullptr && a.weight_fp8 == nullptr && a.tokens <= kGemvStreamedMaxTokens;
+constexpr bool kBuiltForSm90a = true;
 #else
-  (void)a;
-  return false;
+constexpr bool kBuiltForSm90a = false;
 #endif
-}
 
-bool gemv_streamed_takes(const GemvArgs& a) {
-  return a.tokens <= kGemvStreamedRouteMaxTokens && a.k >= kGemvStreamedMinK &&
-         int64_t{a.n} * (a.swiglu ? 2 : 1) * a.k >= kGemvStreamedMinWeight && gemv_streamed_supports(a) &&
-         device_is_sm90();
-}
-
-void launch_gemv_streamed(const GemvArgs& a, int sm_count, cudaStream_t stream) {
-  if (!gemv_streamed_supports(a))
-    throw InvalidInput("gemv_streamed: unsupported call tokens=" + std::to_string(a.tokens) +
-                       " n=" + std::to_string(a.n) + " k=" + std::to_string(a.k) +
-                       " (needs an sm_90a build, bf16 weights, 1 <= tokens <= " +
-                       std::to_string(kGemvStreamedMaxTokens) + " and what launch_gemv needs)");
-  // A build for sm_90a and older GPUs has the kernel, but its body is empty outside sm_90a code.
-  if (!device_is_sm90())
-    throw InvalidInput("gemv_streamed: the current device is not sm_90 (the kernel is sm_90a code)");
+// The launch itself, for arguments already checked.
+void launch_checked(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   using Bf16 = __nv_bfloat16;
   switch (gemv_detail::norm_fold_of(a)) {
     case NormFold::kAddResidual:
@@ -306,6 +278,43 @@ void launch_gemv_streamed(const GemvArgs& a, int sm_count, cudaStream_t stream) 
   if (a.swiglu) return launch_with_tokens<Bf16, true>(a, sm_count, stream);
   if (a.out_dtype == DType::F32) return launch_with_tokens<float>(a, sm_count, stream);
   launch_with_tokens<Bf16>(a, sm_count, stream);
+}
+
+}  // namespace
+
+bool gemv_streamed_supports(const GemvArgs& a) {
+  // What gemv_supports checks (the fold's operands among it), for bf16 weights and up to 16 tokens; the fused SiLU
+  // and the residual's call need whole 8-row groups (gemv_supports asks n % 16 and n % 8 of them).
+  return kBuiltForSm90a && gemv_supports(a) && a.weight != nullptr && a.weight_fp8 == nullptr &&
+         a.tokens <= kGemvStreamedMaxTokens;
+}
+
+bool gemv_streamed_takes(const GemvArgs& a) {
+  return a.tokens <= kGemvStreamedRouteMaxTokens && a.k >= kGemvStreamedMinK &&
+         int64_t{a.n} * (a.swiglu ? 2 : 1) * a.k >= kGemvStreamedMinWeight && gemv_streamed_supports(a) &&
+         sm90a_code_runs_here();
+}
+
+bool launch_gemv_streamed_if_taken(const GemvArgs& a, int sm_count, cudaStream_t stream) {
+  if (!gemv_streamed_takes(a)) return false;
+  launch_checked(a, std::max(sm_count, 1), stream);
+  return true;
+}
+
+void launch_gemv_streamed(const GemvArgs& a, int sm_count, cudaStream_t stream) {
+  if (!gemv_streamed_supports(a)) {
+    const std::string call =
+        "tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) + " k=" + std::to_string(a.k) + ": ";
+    const std::string why = !kBuiltForSm90a           ? "this build has no sm_90a code"
+                            : a.weight_fp8 != nullptr ? "FP8 codes (the kernel takes bf16 weights)"
+                            : a.tokens > kGemvStreamedMaxTokens
+                                ? "more than " + std::to_string(kGemvStreamedMaxTokens) + " tokens"
+                                : "needs " + gemv_requirements(a);
+    throw InvalidInput("gemv_streamed: unsupported call " + call + why);
+  }
+  if (!sm90a_code_runs_here())
+    throw InvalidInput("gemv_streamed: the current device is not sm_90 (the kernel is sm_90a code)");
+  launch_checked(a, std::max(sm_count, 1), stream);
 }
 
 }  // namespace nanovllm::cuda

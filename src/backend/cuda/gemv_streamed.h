@@ -28,11 +28,14 @@ inline constexpr int kGemvStreamedRouteMaxTokens = 4;
 // kGemvStreamedMaxTokens tokens: any fused SiLU, folded norm, bias and output type gemv_supports allows.
 bool gemv_streamed_supports(const GemvArgs& args);
 
-// Whether launch_gemv streams this call: gemv_streamed_supports, the bounds above, and an sm_90 device current.
+// Whether launch_gemv streams this call: gemv_streamed_supports, the bounds above, and sm90a_code_runs_here().
 bool gemv_streamed_takes(const GemvArgs& args);
 
+// launch_gemv's side: enqueues the call streamed and returns true where gemv_streamed_takes(args), else does nothing.
+bool launch_gemv_streamed_if_taken(const GemvArgs& args, int sm_count, cudaStream_t stream);
+
 // Enqueues the streamed GEMV on min(sm_count, groups of 8 outputs) CTAs; throws InvalidInput when
-// !gemv_streamed_supports(args) or the current device is not sm_90. Launched as a programmatic dependent launch where
+// !gemv_streamed_supports(args) or !sm90a_code_runs_here(). Launched as a programmatic dependent launch where
 // enabled: the weights stream before the wait for the previous kernel, x, the residual and the norm's sums are read
 // after it.
 void launch_gemv_streamed(const GemvArgs& args, int sm_count, cudaStream_t stream);

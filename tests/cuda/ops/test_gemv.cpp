@@ -14,6 +14,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_streamed.h"
+#include "backend/cuda/sm90a_code.h"
 #include "tests/cuda/ops/ops_test_support.h"
 #include "tests/support/expect_invalid.h"
 
@@ -31,20 +32,16 @@ std::string describe(int t, int n, int k, bool bias, DType out) {
 
 class GemvTest : public CudaOpsTest {
  protected:
-  // Why the streamed kernel (gemv_streamed.h) cannot run here, or empty: it is sm_90a code.
+  // Why the streamed kernel (gemv_streamed.h) cannot run here, or empty.
   static std::string streamed_kernel_absent() {
     cuda::GemvArgs probe;
     probe.x = probe.weight = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});
     probe.out = reinterpret_cast<void*>(uintptr_t{256});
     probe.tokens = 1, probe.n = 8, probe.k = 8;
-    if (!cuda::gemv_streamed_supports(probe)) return "no sm_90a code in this build";
-    int major = 0, minor = 0, device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
-      return "no device attributes";
-    return major == 9 && minor == 0 ? "" : "the streamed kernel is sm_90a code";
+    if (!cuda::gemv_streamed_supports(probe)) return kNoSm90aBuild;
+    return cuda::sm90a_code_runs_here() ? "" : "the streamed kernel is sm_90a code";
   }
+  static constexpr const char* kNoSm90aBuild = "no sm_90a code in this build";
   int sm_count() {
     int device = 0, count = 0;
     EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
@@ -139,7 +136,7 @@ TEST_F(GemvTest, StreamedMatchesCpu) {
 // body there; launch_gemv never sends it (gemv_streamed_takes). Runs only off sm_90.
 TEST_F(GemvTest, StreamedRefusedOffSm90) {
   const std::string why = streamed_kernel_absent();
-  if (why.empty() || why == "no sm_90a code in this build") GTEST_SKIP() << (why.empty() ? "an sm_90 device" : why);
+  if (why.empty() || why == kNoSm90aBuild) GTEST_SKIP() << (why.empty() ? "an sm_90 device" : why);
   const int t = 1, n = 4096, k = 4096;
   const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * k), {t, k});
   const Tensor w = gpu_bf16(random_bf16_values(rng_, int64_t{n} * k, 0.1f), {n, k});
@@ -168,13 +165,14 @@ TEST_F(GemvTest, StreamedFoldsMatchRoundsKernel) {
       for (int r = 0; r < t; ++r) sum_words[static_cast<size_t>(r) * kWords] = 1000 * (r + 1);  // whole parts
       const Tensor input_sums = gpu_raw(sum_words, DType::I64, {t, words});
       const auto residual_values = random_bf16_values(rng_, int64_t{t} * n);
-      // Each call on both kernels; f fills the call's own operands.
-      const auto both = [&](const auto& f) {
+      // A call on both kernels, each into a fresh NaN-poisoned output: configure sets the call's own operands.
+      const auto both = [&](const std::string& call, const auto& configure) {
         std::vector<float> outs[2];
         for (const bool streamed : {false, true}) {
-          cuda::GemvArgs a{x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, nullptr, DType::BF16, t, n, k};
-          Tensor out = f(a);
-          ASSERT_TRUE(cuda::gemv_streamed_supports(a)) << where;
+          Tensor out = gpu_empty(DType::BF16, {t, n});
+          cuda::GemvArgs a{x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, out.data, DType::BF16, t, n, k};
+          configure(a);
+          ASSERT_TRUE(cuda::gemv_streamed_supports(a)) << where << ", " << call;
           if (streamed) {
             cuda::launch_gemv_streamed(a, sms == 0 ? sm_count() : sms, gpu().stream());
           } else {
@@ -182,26 +180,17 @@ TEST_F(GemvTest, StreamedFoldsMatchRoundsKernel) {
           }
           outs[streamed] = read_gpu(out);
         }
-        expect_rel_l2(outs[1], outs[0], 1e-2, where);
+        expect_rel_l2(outs[1], outs[0], 1e-2, where + ", " + call);
       };
-      Tensor out_silu = gpu_empty(DType::BF16, {t, n}), out_scaled = gpu_empty(DType::BF16, {t, n});
-      SCOPED_TRACE("fused SiLU");
-      both([&](cuda::GemvArgs& a) {
-        a.swiglu = true, a.out = out_silu.data;
-        return out_silu;
-      });
-      SCOPED_TRACE("fused SiLU of the input scaled by its rms");
-      both([&](cuda::GemvArgs& a) {
-        a.swiglu = true, a.out = out_silu.data;
+      const auto scale_by_input_rms = [&](cuda::GemvArgs& a) {
         a.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_sums.data), a.eps = 1e-6f;
-        return out_silu;
+      };
+      both("fused SiLU", [](cuda::GemvArgs& a) { a.swiglu = true; });
+      both("fused SiLU of the input scaled by its rms", [&](cuda::GemvArgs& a) {
+        a.swiglu = true;
+        scale_by_input_rms(a);
       });
-      SCOPED_TRACE("input scaled by its rms");
-      both([&](cuda::GemvArgs& a) {
-        a.out = out_scaled.data;
-        a.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_sums.data), a.eps = 1e-6f;
-        return out_scaled;
-      });
+      both("input scaled by its rms", scale_by_input_rms);
       // The residual's call, each kernel from the same residual and zeroed sums.
       std::vector<float> residuals[2], halves[2];
       std::vector<int64_t> sums[2];
