@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(128) unsigned char shared[];
   const uint32_t stages = smem_address(shared);
   const uint32_t full = stages + kBarrierOffset;  // kStages barriers: a stage landed
-  const uint32_t empty = full + kStages * 8;      // kStages barriers: every computing warp has read it
+  const uint32_t empty = full + kStages * 8;      // kStages barriers: every computing thread has read it
   auto* partial = reinterpret_cast<float4*>(shared + kTileOffset);  // [2][warps][32]
   auto* inv_rms = reinterpret_cast<float*>(shared + kInvRmsOffset);
 
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(full + 8 * s, 1);
-      mbarrier_init(empty + 8 * s, kComputeWarps);
+      mbarrier_init(empty + 8 * s, kComputeWarps * 32);
     }
   }
   __syncthreads();
@@ -180,10 +180,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int kk = warp * kWarpK + (pass * kPassSteps + u) * 32 + 8 * c;
         wv[u] = kk < chunk_k ? *reinterpret_cast<const uint4*>(row + kk * 2) : make_uint4(0, 0, 0, 0);
       }
-      if (pass == kWarpSteps / kPassSteps - 1) {  // the warp's reads are done: one arrival releases them
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(empty + 8 * slot);
-      }
+      // Every thread releases its own reads (one arrival a warp after __syncwarp is ordered as well, but the
+      // sanitizer's race check follows arrivals thread by thread).
+      if (pass == kWarpSteps / kPassSteps - 1) mbarrier_arrive(empty + 8 * slot);
 #pragma unroll
       for (int u = 0; u < kPassSteps; ++u) {
         const uint4 lo = xv[u][0], hi = kTokenGroups > 1 ? xv[u][kTokenGroups - 1] : make_uint4(0, 0, 0, 0);
