@@ -22,6 +22,7 @@ namespace nanovllm::cuda {
 namespace {
 
 using gemv_detail::add_norm_sum_piece;
+using gemv_detail::finish_residual_output;
 using gemv_detail::load_activation_or_zero;
 using gemv_detail::mma_bf16_m16n8k16;
 using gemv_detail::norm_fold_of;
@@ -348,19 +349,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) __maxnreg__(max_registers(k
           if (bias != nullptr) sum += __bfloat162float(bias[row]);
         }
         if constexpr (kNorm == NormFold::kAddResidual) {
-          float square = 0.0f;
-          if (stored) {
-            // As the separate add_rms_norm: the output rounded as stored, added in fp32, the sum rounded.
-            const int64_t at = static_cast<int64_t>(token) * n + row;
-            const float h = round_to_bf16(__bfloat162float(residual_rows[token][row - row0]) + round_to_bf16(sum));
-            norm.residual[at] = __float2bfloat16_rn(h);
-            store_output(out, at, h * __bfloat162float(norm_weights[row - row0]));
-            square = h * h;
-          }
-          square += __shfl_xor_sync(0xffffffffu, square, 1);
-          square += __shfl_xor_sync(0xffffffffu, square, 4);
-          square += __shfl_xor_sync(0xffffffffu, square, 8);
-          if ((lane & 13) == 0 && token < tokens) add_norm_sum_piece(norm.sum_squares + token, square);
+          finish_residual_output(
+              stored, sum, [&] { return __bfloat162float(residual_rows[token][row - row0]); },
+              [&] { return __bfloat162float(norm_weights[row - row0]); }, token, tokens, row, n, lane, norm, out);
         } else if (stored) {
           store_output(out, static_cast<int64_t>(token) * n + row, sum);
         }

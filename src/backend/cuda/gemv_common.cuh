@@ -80,6 +80,30 @@ __device__ __forceinline__ void store_output(__nv_bfloat16* out, int64_t i, floa
   out[i] = __float2bfloat16_rn(v);
 }
 
+// The residual call's epilogue for output (token, row) of a [tokens, n] call (GemvArgs' folded norm), as the
+// separate add_rms_norm computes it: the output rounded as stored, added to the residual in fp32, the sum rounded.
+// Where `stored` it reads the output's residual (residual_in()) and norm weight (weight()) and stores the new residual
+// and residual x norm weight; it adds the output's square to the token's sum. Every lane of the warp calls it
+// (shuffles): a C fragment's 8 rows of one token are the lanes that differ in bits 0, 2 and 3, and the lane with those
+// bits clear adds their piece.
+template <typename OutT, typename ResidualIn, typename Weight>
+__device__ __forceinline__ void finish_residual_output(bool stored, float sum, const ResidualIn& residual_in,
+                                                       const Weight& weight, int token, int tokens, int row, int n,
+                                                       int lane, const NormFoldParams& norm, OutT* out) {
+  float square = 0.0f;
+  if (stored) {
+    const int64_t at = static_cast<int64_t>(token) * n + row;
+    const float h = round_to_bf16(residual_in() + round_to_bf16(sum));
+    norm.residual[at] = __float2bfloat16_rn(h);
+    store_output(out, at, h * weight());
+    square = h * h;
+  }
+  square += __shfl_xor_sync(0xffffffffu, square, 1);
+  square += __shfl_xor_sync(0xffffffffu, square, 4);
+  square += __shfl_xor_sync(0xffffffffu, square, 8);
+  if ((lane & 13) == 0 && token < tokens) add_norm_sum_piece(norm.sum_squares + token, square);
+}
+
 inline NormFold norm_fold_of(const GemvArgs& a) {
   return a.residual != nullptr            ? NormFold::kAddResidual
          : a.input_sum_squares != nullptr ? NormFold::kScaleByInputRms

@@ -24,6 +24,7 @@ namespace nanovllm::cuda {
 namespace {
 
 using attention_detail::smem_address;
+using gemv_detail::finish_residual_output;
 using gemv_detail::NormFold;
 
 constexpr int kRowsPerGroup = 8;  // the mma's N
@@ -219,18 +220,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         gemv_detail::store_output(out, at, silu_mul(gate, gemv_detail::round_to_bf16(sum)));
       }
     } else if constexpr (kNorm == NormFold::kAddResidual) {
-      float square = 0.0f;
-      if (stored) {  // as add_rms_norm: the output rounded as stored, added in fp32, the sum rounded
-        const float h = gemv_detail::round_to_bf16(__bfloat162float(residual_in) + gemv_detail::round_to_bf16(sum));
-        norm.residual[at] = __float2bfloat16_rn(h);
-        gemv_detail::store_output(out, at, h * __bfloat162float(norm_weight));
-        square = h * h;
-      }
-      // A token's 8 rows are the threads that differ in bits 0, 2 and 3 (gemv.cu's residual call sums them alike).
-      square += __shfl_xor_sync(0xffffffffu, square, 1);
-      square += __shfl_xor_sync(0xffffffffu, square, 4);
-      square += __shfl_xor_sync(0xffffffffu, square, 8);
-      if ((lane & 13) == 0 && token < tokens) gemv_detail::add_norm_sum_piece(norm.sum_squares + token, square);
+      finish_residual_output(
+          stored, sum, [&] { return __bfloat162float(residual_in); }, [&] { return __bfloat162float(norm_weight); },
+          token, tokens, out_row, n, lane, norm, out);
     } else if (stored) {
       gemv_detail::store_output(out, at, sum);
     }
