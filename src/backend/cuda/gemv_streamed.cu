@@ -2,7 +2,7 @@
 // groups [G b / grid, G (b + 1) / grid) of 8 rows (with the fused SiLU, 8 outputs: 8 gate rows and the 8 up rows of
 // the same outputs), a contiguous byte range of the weight (two with the SiLU). Its last warp copies that range
 // kChunkK columns of a group's 8 rows at a time (one bulk copy a row, issued by 8 lanes) into a ring of kStages
-// shared-memory stages; the other warps take each landed stage together, a quarter of its columns each, with the
+// shared-memory stages; the other warps take each landed stage together, an eighth of its columns each, with the
 // permuted mma.m16n8k16 of gemv.cu (A = x: 16 token slots, B = W^T: the group's 8 rows), and after a group's last
 // stage add their partial tiles through shared memory and finish the group's outputs as gemv.cu does: the input's
 // 1 / rms, the bias, SiLU(gate) x up, or the residual add and the next norm's sums.
@@ -28,10 +28,11 @@ using gemv_detail::finish_residual_output;
 using gemv_detail::NormFold;
 
 constexpr int kRowsPerGroup = 8;  // the mma's N
-constexpr int kComputeWarps = 4;  // each takes a quarter of every stage's columns
+// 8 warps measured 0.7-1% faster than 4 in Qwen3-8B's batch-1 and batch-4 decode (H100; docs/kernels/gemv.md).
+constexpr int kComputeWarps = 8;  // each takes an eighth of every stage's columns
 constexpr int kThreads = (kComputeWarps + 1) * 32;
-constexpr int kTileFloats = 32 * 4;  // one warp's C fragments
-static_assert(kComputeWarps * 32 == kTileFloats, "one tile element a computing thread in the epilogue");
+constexpr int kTileFloats = 32 * 4;               // one warp's C fragments
+constexpr int kEpilogueWarps = kTileFloats / 32;  // the epilogue: one tile element a thread of the first 4 warps
 // The ring (bench_gemv, Qwen3-8B's projections at T = 1): 1,536 columns x 4 stages (~100 KiB) measured faster than
 // 2,048 x 3, 1,024 x 6 and 1,024 x 7 on an H200, and than half the ring (1,536 x 2, 1,024 x 3), which would let the
 // next call's CTA in beside this one, on an H100. Copies of 1 KiB (512 columns x 12, issued by one lane) ran at half
@@ -142,8 +143,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     x_live[h] = g + 8 * h < tokens;
     x_row[h] = x + static_cast<int64_t>(x_live[h] ? g + 8 * h : 0) * k;
   }
-  // The epilogue's element of a group's tile: thread i sums element i % 4 of lane i / 4's fragments, token (l / 4) +
-  // 8 (j / 2) and row 2 (l % 4) + j % 2 of the group.
+  // The epilogue's element of a group's tile (threads of the first kEpilogueWarps warps): thread i sums element i % 4
+  // of lane i / 4's fragments, token (l / 4) + 8 (j / 2) and row 2 (l % 4) + j % 2 of the group.
   const int l = threadIdx.x >> 2, j = threadIdx.x & 3;
   const int token = (l >> 2) + 8 * (j >> 1), group_row = 2 * (l & 3) + (j & 1);
   float gate = 0.0f;                                      // kSwiglu: this element's gate product, rounded
@@ -155,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int chunk = s % chunks, k0 = chunk * kChunkK, chunk_k = min(kChunkK, k - k0);
     const int weight_group = s / chunks, group = first_group + weight_group / kHalves;
     const int out_row = group * kRowsPerGroup + group_row;
-    const bool stored = token < tokens && out_row < n;
+    const bool stored = warp < kEpilogueWarps && token < tokens && out_row < n;
     if constexpr (kNorm == NormFold::kAddResidual) {
       if (chunk == 0 && stored) {  // in flight while the group's stages are multiplied
         residual_in = norm.residual[static_cast<int64_t>(token) * n + out_row];
@@ -220,9 +221,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         gemv_detail::store_output(out, at, silu_mul(gate, gemv_detail::round_to_bf16(sum)));
       }
     } else if constexpr (kNorm == NormFold::kAddResidual) {
-      finish_residual_output(
-          stored, sum, [&] { return __bfloat162float(residual_in); }, [&] { return __bfloat162float(norm_weight); },
-          token, tokens, out_row, n, lane, norm, out);
+      if (warp < kEpilogueWarps)  // whole warps: its sums are shuffled within one
+        finish_residual_output(
+            stored, sum, [&] { return __bfloat162float(residual_in); }, [&] { return __bfloat162float(norm_weight); },
+            token, tokens, out_row, n, lane, norm, out);
     } else if (stored) {
       gemv_detail::store_output(out, at, sum);
     }
