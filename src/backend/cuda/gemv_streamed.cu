@@ -28,7 +28,8 @@ using gemv_detail::finish_residual_output;
 using gemv_detail::NormFold;
 
 constexpr int kRowsPerGroup = 8;  // the mma's N
-// 8 warps measured 0.7-1% faster than 4 in Qwen3-8B's batch-1 and batch-4 decode (H100; docs/kernels/gemv.md).
+// 8 warps measured 0.7-1% faster than 4 in Qwen3-8B's batch-1 and batch-4 decode; 12 no faster, 16 slower (H100;
+// docs/kernels/gemv.md, "Streamed").
 constexpr int kComputeWarps = 8;  // each takes an eighth of every stage's columns
 constexpr int kThreads = (kComputeWarps + 1) * 32;
 constexpr int kTileFloats = 32 * 4;               // one warp's C fragments
