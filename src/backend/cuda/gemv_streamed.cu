@@ -251,12 +251,6 @@ void launch_with_tokens(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   launch<1, OutT, kSwiglu, kNorm>(a, sm_count, stream);
 }
 
-#ifdef NANOVLLM_CUDA_HAS_SM90A
-constexpr bool kBuiltForSm90a = true;
-#else
-constexpr bool kBuiltForSm90a = false;
-#endif
-
 // The launch itself, for arguments already checked.
 void launch_checked(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   using Bf16 = __nv_bfloat16;
@@ -274,14 +268,20 @@ void launch_checked(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   launch_with_tokens<Bf16>(a, sm_count, stream);
 }
 
+// Why the kernel cannot take these arguments, or empty: what gemv_supports checks (the fold's operands among it), for
+// bf16 weights and up to kGemvStreamedMaxTokens tokens; the fused SiLU and the residual's call need whole 8-row
+// groups (gemv_supports asks n % 16 and n % 8 of them). Strings are built only for a refusal.
+std::string unsupported_because(const GemvArgs& a) {
+  if (!sm90a_code_built()) return "this build has no sm_90a code";
+  if (a.weight_fp8 != nullptr) return "FP8 codes (the kernel takes bf16 weights)";
+  if (a.tokens > kGemvStreamedMaxTokens) return "more than " + std::to_string(kGemvStreamedMaxTokens) + " tokens";
+  if (a.weight == nullptr || !gemv_supports(a)) return "needs " + gemv_requirements(a);
+  return {};
+}
+
 }  // namespace
 
-bool gemv_streamed_supports(const GemvArgs& a) {
-  // What gemv_supports checks (the fold's operands among it), for bf16 weights and up to 16 tokens; the fused SiLU
-  // and the residual's call need whole 8-row groups (gemv_supports asks n % 16 and n % 8 of them).
-  return kBuiltForSm90a && gemv_supports(a) && a.weight != nullptr && a.weight_fp8 == nullptr &&
-         a.tokens <= kGemvStreamedMaxTokens;
-}
+bool gemv_streamed_supports(const GemvArgs& a) { return unsupported_because(a).empty(); }
 
 bool gemv_streamed_takes(const GemvArgs& a) {
   return a.tokens <= kGemvStreamedRouteMaxTokens && a.k >= kGemvStreamedMinK &&
@@ -296,16 +296,9 @@ bool launch_gemv_streamed_if_taken(const GemvArgs& a, int sm_count, cudaStream_t
 }
 
 void launch_gemv_streamed(const GemvArgs& a, int sm_count, cudaStream_t stream) {
-  if (!gemv_streamed_supports(a)) {
-    const std::string call =
-        "tokens=" + std::to_string(a.tokens) + " n=" + std::to_string(a.n) + " k=" + std::to_string(a.k) + ": ";
-    const std::string why = !kBuiltForSm90a           ? "this build has no sm_90a code"
-                            : a.weight_fp8 != nullptr ? "FP8 codes (the kernel takes bf16 weights)"
-                            : a.tokens > kGemvStreamedMaxTokens
-                                ? "more than " + std::to_string(kGemvStreamedMaxTokens) + " tokens"
-                                : "needs " + gemv_requirements(a);
-    throw InvalidInput("gemv_streamed: unsupported call " + call + why);
-  }
+  if (const std::string why = unsupported_because(a); !why.empty())
+    throw InvalidInput("gemv_streamed: unsupported call tokens=" + std::to_string(a.tokens) +
+                       " n=" + std::to_string(a.n) + " k=" + std::to_string(a.k) + ": " + why);
   if (!sm90a_code_runs_here())
     throw InvalidInput("gemv_streamed: the current device is not sm_90 (the kernel is sm_90a code)");
   launch_checked(a, std::max(sm_count, 1), stream);

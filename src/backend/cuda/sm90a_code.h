@@ -5,8 +5,11 @@
 
 namespace nanovllm::cuda {
 
-// True when the build has sm_90a code (CMAKE_CUDA_ARCHITECTURES names 90a) and the current device is compute
-// capability 9.0. Asks the driver each call: under tensor parallelism each rank's device is its own.
+// True when the build has sm_90a code (CMAKE_CUDA_ARCHITECTURES names 90a).
+bool sm90a_code_built();
+
+// True when sm90a_code_built() and the current device is compute capability 9.0. Asks the driver each call: under
+// tensor parallelism each rank's device is its own.
 bool sm90a_code_runs_here();
 
 }  // namespace nanovllm::cuda
