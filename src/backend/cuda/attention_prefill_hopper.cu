@@ -23,9 +23,9 @@
 #include "backend/cuda/attention_prefill_tile.cuh"
 #include "backend/cuda/attention_wgmma.cuh"
 #include "backend/cuda/fp8_vec.cuh"
-#include "backend/cuda/paged_cache_tensor_map.h"
 #include "backend/cuda/programmatic_launch.cuh"
 #include "backend/cuda/sm90a_code.h"
+#include "backend/cuda/tensor_maps.h"
 #include "common/fp8.h"
 
 namespace nanovllm::cuda::attention_detail {

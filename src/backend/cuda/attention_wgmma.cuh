@@ -1,7 +1,8 @@
 #pragma once
 // Thin inline-PTX wrappers for Hopper's warpgroup MMA (wgmma, sm_90a only): shared-memory matrix descriptors
-// for 128-byte-swizzled bf16 tiles, the fences around an asynchronous MMA, and the three shapes the prefill
-// kernel issues. Every wrapper compiles to nothing outside sm_90a; callers only launch on sm_90a.
+// for 128-byte-swizzled bf16 tiles, the fences around an asynchronous MMA, the shapes the prefill kernels and the
+// skinny GEMM issue, mbarriers and TMA copies. Every wrapper compiles to nothing outside sm_90a; callers only
+// launch on sm_90a.
 //
 // Tile layout in shared memory (what the descriptors below describe): a tile of R rows x D bf16 is stored as
 // D / 64 column panels of [R rows][64 values]; a panel's row is 128 bytes, made of eight 16-byte chunks, and
@@ -191,6 +192,24 @@ __device__ __forceinline__ void wgmma_64x128_rs_e4m3(float (&acc)[16][4], const 
 #endif
 }
 
+// The m64n32 accumulators (n-tiles 0 .. 3), as above.
+#define NANOVLLM_ACC_LIST_16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define NANOVLLM_ACC_OPERANDS_16 \
+  NANOVLLM_ACC_NTILE(0), NANOVLLM_ACC_NTILE(1), NANOVLLM_ACC_NTILE(2), NANOVLLM_ACC_NTILE(3)
+
+// acc (64 x 32) = A (64 x 16, shared, K-major) * B (16 x 32, shared, K-major) + (accumulate ? acc : 0).
+__device__ __forceinline__ void wgmma_64x32_ss(float (&acc)[4][4], uint64_t a, uint64_t b, bool accumulate) {
+#ifdef NANOVLLM_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " NANOVLLM_ACC_LIST_16 ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : NANOVLLM_ACC_OPERANDS_16
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#endif
+}
+
+#undef NANOVLLM_ACC_OPERANDS_16
+#undef NANOVLLM_ACC_LIST_16
 #undef NANOVLLM_ACC_OPERANDS_64
 #undef NANOVLLM_ACC_LIST_64
 #undef NANOVLLM_ACC_OPERANDS_32
@@ -255,6 +274,17 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
       "[%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+#endif
+}
+
+// One TMA box of a 2-D tensor map into shared memory at dst, completing `bytes` of bar's transaction count.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1, uint32_t bar) {
+#ifdef NANOVLLM_WGMMA
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 #endif
 }

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_block_gemm.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_skinny.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
 #include "common/fp8.h"
@@ -665,11 +666,13 @@ void CudaBackend::launch_folded_gemv(const char* op, const cuda::GemvArgs& gemv)
   cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
 }
 
-// Decode batches (the GEMV's row counts) only: above them the GEMM and silu_and_mul run apart, and the refusal
-// comes before any checking (linear() checks the same operands next).
+// Decode batches (the GEMV's row counts, and the skinny GEMM's for bf16 weights without a folded norm) only: above
+// them the GEMM and silu_and_mul run apart, and the refusal comes before any checking (linear() checks the same
+// operands next).
 bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
                                       const FoldedNormInput& input_norm, Tensor& out) {
-  if (x.numel() > static_cast<int64_t>(cuda::kGemvMaxTokens) * x.dim(-1)) return false;
+  const int64_t max_rows = std::max(cuda::kGemvMaxTokens, cuda::kSkinnyGemmRouteMaxTokens);
+  if (x.numel() > max_rows * x.dim(-1)) return false;
   make_current();
   const char* op = "linear_silu_and_mul";
   require_dtype(out, DType::BF16, op, "out");
@@ -679,7 +682,13 @@ bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, con
   gemv.n /= 2;
   gemv.swiglu = true;
   if (!input_norm.sums.empty()) attach_folded_norm_input(op, input_norm, gemv);
-  if (!cuda::gemv_supports(gemv)) return false;
+  if (!cuda::gemv_supports(gemv)) {
+    const cuda::SkinnyGemmArgs skinny{gemv.x,      gemv.weight, nullptr, static_cast<__nv_bfloat16*>(gemv.out),
+                                      gemv.tokens, gemv.n,      gemv.k,  /*swiglu=*/true};
+    if (gemv.weight == nullptr || gemv.input_sum_squares != nullptr || !gemm_->skinny_takes(skinny)) return false;
+    cuda::launch_skinny_gemm(skinny, gemm_->skinny_workspace(), props_.multiProcessorCount, stream_);
+    return true;
+  }
   if (gemv.weight_fp8 != nullptr) last_fp8_linear_path_ = Fp8LinearPath::kGemv;
   cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
   return true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <bit>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -10,11 +11,15 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/sm90a_code.h"
 
 namespace nanovllm::cuda {
 namespace {
 
 cudaDataType_t cuda_type(DType t) { return t == DType::F32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+// Arrival counters for the skinny GEMM's K-split tiles: enough for 64-row tiles of weights up to 256 Ki rows.
+constexpr int kSkinnyCounters = 4096;
 
 // The row counts measure_small_row_paths times: index i is 2^i rows.
 constexpr std::array<int, 5> kMeasuredRows{1, 2, 4, 8, 16};
@@ -27,7 +32,15 @@ Gemm::Gemm(void* workspace, size_t workspace_bytes) : workspace_(workspace), wor
   NANOVLLM_CUDA_CHECK(cudaGetDevice(&device));
   NANOVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   NANOVLLM_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  unsigned* counters = nullptr;
+  NANOVLLM_CUDA_CHECK(cudaMalloc(&counters, kSkinnyCounters * sizeof(unsigned)));
+  skinny_counters_.reset(counters);
+  NANOVLLM_CUDA_CHECK(cudaMemset(counters, 0, kSkinnyCounters * sizeof(unsigned)));
+  // NANOVLLM_SKINNY_GEMM=N sends calls of up to N rows there instead (0: none; A/B runs).
+  if (const char* rows = std::getenv("NANOVLLM_SKINNY_GEMM")) skinny_max_rows_ = std::atoi(rows);
 }
+
+void Gemm::DeviceFree::operator()(unsigned* p) const { cudaFree(p); }
 
 Gemm::~Gemm() {
   plans_.clear();  // the descriptors before the handle
@@ -74,7 +87,24 @@ void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_b
   const GemvArgs gemv{x, weight, bias, out, out_dtype, m, n, k};
   if (gemv_supports(gemv) && !measured_cublas_faster(m, n, k, out_dtype, bias != nullptr))
     return launch_gemv(gemv, sm_count_, stream);
+  const SkinnyGemmArgs skinny{x, weight, bias, static_cast<__nv_bfloat16*>(out), m, n, k};
+  if (out_dtype == DType::BF16 && skinny_takes(skinny))
+    return launch_skinny_gemm(skinny, skinny_workspace(), sm_count_, stream);
   run_cublaslt(x, weight, bias, out, out_dtype, m, n, k, stream);
+}
+
+SkinnyGemmWorkspace Gemm::skinny_workspace() const {
+  return {static_cast<float*>(workspace_), workspace_bytes_ / sizeof(float), skinny_counters_.get(), kSkinnyCounters};
+}
+
+bool Gemm::skinny_takes(const SkinnyGemmArgs& args) const {
+  return args.tokens > kGemvMaxTokensAnyWeight && args.tokens <= skinny_max_rows_ &&
+         skinny_gemm_unsupported_because(args).empty() && sm90a_code_runs_here();
+}
+
+void Gemm::run_skinny(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias,
+                      __nv_bfloat16* out, int m, int n, int k, cudaStream_t stream) {
+  launch_skinny_gemm(SkinnyGemmArgs{x, weight, bias, out, m, n, k}, skinny_workspace(), sm_count_, stream);
 }
 
 bool Gemm::measured_cublas_faster(int m, int n, int k, DType out_dtype, bool bias) const {

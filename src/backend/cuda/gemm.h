@@ -4,7 +4,8 @@
 // A = W (transposed), B = x, m = N, n = M, k = K. The algorithm is chosen by cublasLtMatmulAlgoGetHeuristic
 // once per shape bucket (M rounded up to a power of two) and cached; descriptors are cached per exact shape.
 // Skinny calls (M <= kGemvMaxTokens, gemv.h) go to the weight-streaming GEMV instead (docs/kernels/gemv.md),
-// unless measure_small_row_paths found cuBLASLt faster for that shape.
+// unless measure_small_row_paths found cuBLASLt faster for that shape; on sm_90, the rest up to
+// kSkinnyGemmRouteMaxTokens rows with bf16 out to the skinny GEMM (gemm_skinny.h).
 // No allocation happens per call (the workspace is allocated once), so calls may be graph-captured.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -14,10 +15,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <vector>
 
 #include "backend/cuda/cublaslt_plan.h"
+#include "backend/cuda/gemm_skinny.h"
 #include "common/dtype.h"
 
 namespace nanovllm::cuda {
@@ -49,6 +52,14 @@ class Gemm {
   void run_cublaslt(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
                     DType out_dtype, int m, int n, int k, cudaStream_t stream);
 
+  // Always the skinny GEMM (gemm_skinny.h) with this object's workspace; throws where it cannot take the call.
+  void run_skinny(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, __nv_bfloat16* out,
+                  int m, int n, int k, cudaStream_t stream);
+  // Whether run() sends this bf16-out call to the skinny GEMM when the GEMV does not take it: 17 to
+  // kSkinnyGemmRouteMaxTokens rows (or NANOVLLM_SKINNY_GEMM's), on sm_90.
+  bool skinny_takes(const SkinnyGemmArgs& args) const;
+  SkinnyGemmWorkspace skinny_workspace() const;
+
   // For benchmarks: the algorithms cuBLASLt's heuristic lists for this shape (no bias), best guess first, at
   // most max_count; run_cublaslt uses the first one listed for M's bucket. run_listed runs one of them and
   // returns false when cuBLASLt refuses it.
@@ -76,10 +87,17 @@ class Gemm {
     return heuristic(plan_of_bucket, bucket, 1).front();
   }
 
+  struct DeviceFree {
+    void operator()(unsigned* p) const;
+  };
+
   cublasLtHandle_t handle_ = nullptr;
   int sm_count_ = 1;  // of the current device at construction; sizes the GEMV's grid
   void* workspace_;
   size_t workspace_bytes_;
+  // The skinny GEMM's arrival counters, one a 64-row tile (its partials use workspace_).
+  std::unique_ptr<unsigned, DeviceFree> skinny_counters_;
+  int skinny_max_rows_ = kSkinnyGemmRouteMaxTokens;  // or NANOVLLM_SKINNY_GEMM's (A/B runs)
   std::map<ShapeKey, cublasLtMatmulAlgo_t> algo_by_bucket_;
   std::map<ShapeKey, Plan> plans_;
   // Per (n, k, out dtype) measured: cuBLASLt faster at 1, 2, 4, 8, 16 rows.

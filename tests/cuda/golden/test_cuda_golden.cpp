@@ -115,11 +115,11 @@ TEST_P(CudaGoldenTest, MatchesTransformersWithinBf16Tolerance) {
   }
 }
 
-// A decode batch that is not a graph's bucket runs padded up to one: 5 sequences in the graph of 8 and 20 in the
-// graph of 32 (whose linears fold the norms above 16 rows), the padding sequences without a query row or keys. The
-// same requests run eagerly, unpadded, must give the same tokens and logprobs: both take the same kernels (the
-// GEMV's row groups and attention's ranges do not depend on the padding), so any difference is a padding row
-// leaking into a real one.
+// A decode batch that is not a graph's bucket runs padded up to one: 5 sequences in the graph of 8, 20 in the
+// graph of 32 (whose linears fold the norms above 16 rows) and 40 in the graph of 48 (the skinny GEMM's, on sm_90),
+// the padding sequences without a query row or keys. The same requests run eagerly, unpadded, must give the same
+// tokens and logprobs: both take the same kernels (the GEMV's row groups, the skinny GEMM's tiles and attention's
+// ranges do not depend on the padding), so any difference is a padding row leaking into a real one.
 TEST_P(CudaGoldenTest, PaddedDecodeGraphsMatchEagerSteps) {
   const std::vector<Prompt> fixture = fixture_prompts(fixture_);
   SamplingParams sp;
@@ -127,7 +127,7 @@ TEST_P(CudaGoldenTest, PaddedDecodeGraphsMatchEagerSteps) {
   sp.ignore_eos = true;
   sp.max_tokens = 8;
   sp.logprobs = 1;
-  for (const size_t count : {size_t{5}, size_t{20}}) {
+  for (const size_t count : {size_t{5}, size_t{20}, size_t{40}}) {
     std::vector<Prompt> prompts;
     for (size_t i = 0; i < count; ++i) prompts.push_back(fixture[i % fixture.size()]);
     EngineConfig eager_config = config(16);

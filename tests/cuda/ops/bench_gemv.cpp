@@ -9,8 +9,11 @@
 //
 // The GEMV column is gemv.cu's kernel (launch_gemv_rounds) whatever the weight; with `streamed`, the streamed kernel
 // (gemv_streamed.h) on the same calls beside it (launch_gemv takes it for large weights at one or two tokens).
+// With `skinny`, instead: the skinny GEMM (gemm_skinny.h) against cuBLASLt at 17 to 256 rows (`sweep`: also the
+// fastest configuration; `all`: every one).
 //
-//   bench_gemv [0.6b|8b] [fp8] [fold] [streamed]   (one line per op, T and path; the last column is GEMV speed-up)
+//   bench_gemv [0.6b|8b] [fp8] [fold] [streamed] [skinny [sweep [all]]]   (one line per op, T and path; the last column
+//   is GEMV speed-up)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -124,7 +127,70 @@ void print_fold_timings(CudaBackend& gpu, const Shape& s, int t, const cuda::Gem
   }
 }
 
-void run(const std::vector<Shape>& shapes, bool fp8, bool fold, bool streamed) {
+// The skinny GEMM against cuBLASLt, bf16 projections (not the lm_head) at 17 to 256 rows: the configuration
+// launch_skinny_gemm chooses, and with `sweep` the fastest of every tile shape and split (each printed with `all`).
+void run_skinny(CudaBackend& gpu, cuda::Gemm& gemm, const std::vector<Shape>& shapes, double read_gbs,
+                const std::function<__nv_bfloat16*(int64_t)>& fill, std::vector<Buffer>& keep, bool sweep, bool all) {
+  std::printf("%-8s %4s  %10s %10s %9s  %10s %9s  %8s  %s\n", "op", "T", "floor us", "skinny us", "GB/s", "cublas us",
+              "GB/s", "speedup", "rows x tokens / splits (best of sweep)");
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const cuda::SkinnyGemmWorkspace workspace = gemm.skinny_workspace();
+  for (const Shape& s : shapes) {
+    if (s.out != DType::BF16) continue;
+    const double w_bytes = 2.0 * s.n * s.k;
+    const int copies = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>((160ll << 20) / w_bytes) + 1));
+    std::vector<const __nv_bfloat16*> weights;
+    for (int i = 0; i < copies; ++i) weights.push_back(fill(int64_t{s.n} * s.k));
+    for (int t : {17, 32, 48, 64, 96, 128, 192, 256}) {
+      const __nv_bfloat16* x = fill(int64_t{t} * s.k);
+      keep.push_back(gpu.allocate(static_cast<size_t>(t) * s.n * 2));
+      auto* out = static_cast<__nv_bfloat16*>(keep.back().data());
+      const double bytes = w_bytes + 2.0 * t * s.k + 2.0 * t * s.n;
+      const double floor_us = bytes / (read_gbs * 1e3);
+      const double cublas_us = graph_time_us(gpu, [&](int i) {
+        gemm.run_cublaslt(x, weights[i % copies], nullptr, out, s.out, t, s.n, s.k, gpu.stream());
+      });
+      const cuda::SkinnyGemmArgs args{x, weights[0], nullptr, out, t, s.n, s.k};
+      auto time_config = [&](const cuda::SkinnyGemmConfig& c) {
+        return graph_time_us(gpu, [&](int i) {
+          cuda::SkinnyGemmArgs a = args;
+          a.weight = weights[i % copies];
+          cuda::launch_skinny_gemm(a, workspace, c, gpu.stream());
+        });
+      };
+      auto describe = [&](const cuda::SkinnyGemmConfig& c) {
+        return std::to_string(c.tile_rows) + "x" + std::to_string(c.token_tile) + "/" +
+               std::to_string(cuda::skinny_gemm_splits(args, workspace, c));
+      };
+      const cuda::SkinnyGemmConfig chosen = cuda::skinny_gemm_config(args, sms);
+      const double chosen_us = time_config(chosen);
+      std::string note = describe(chosen);
+      if (sweep) {
+        double best_us = 1e30;
+        cuda::SkinnyGemmConfig best;
+        for (int rows : {64, 128}) {
+          for (int tokens : {32, 64, 128}) {
+            if (tokens >= 2 * std::max(t, 32)) continue;
+            for (int splits : {1, 2, 3, 4, 6, 8}) {
+              const cuda::SkinnyGemmConfig c{rows, tokens, splits};
+              if (cuda::skinny_gemm_splits(args, workspace, c) != splits) continue;
+              const double us = time_config(c);
+              if (all) std::printf("    %-8s %4d  %-12s %8.2f us\n", s.name, t, describe(c).c_str(), us);
+              if (us < best_us) best_us = us, best = c;
+            }
+          }
+        }
+        note += "  (" + describe(best) + ": " + std::to_string(best_us).substr(0, 5) + " us)";
+      }
+      std::printf("%-8s %4d  %10.2f %10.2f %9.0f  %10.2f %9.0f  %7.2fx  %s\n", s.name, t, floor_us, chosen_us,
+                  bytes / (chosen_us * 1e3), cublas_us, bytes / (cublas_us * 1e3), cublas_us / chosen_us, note.c_str());
+    }
+  }
+}
+
+void run(const std::vector<Shape>& shapes, bool fp8, bool fold, bool streamed, bool skinny, bool sweep, bool all) {
   CudaBackend gpu(0);
   const double read_gbs = gpu.measure_read_bandwidth_gbs(size_t{2} << 30);
   int device = 0, sms = 0;
@@ -161,6 +227,7 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold, bool streamed) {
   // its weights while the previous one finishes: an upper bound on what the decode step, where the previous
   // kernel is a norm or attention, gets from it.
   std::printf("programmatic dependent launch: %s\n", cuda::programmatic_launch_enabled() ? "on" : "off");
+  if (skinny) return run_skinny(gpu, gemm, shapes, read_gbs, fill, keep, sweep, all);
   std::printf("%-8s %4s  %10s %10s %9s  %10s %9s  %8s\n", "op", "T", "floor us", "gemv us", "GB/s", "cublas us", "GB/s",
               "speedup");
   for (const Shape& s : shapes) {
@@ -225,7 +292,7 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold, bool streamed) {
 
 int main(int argc, char** argv) {
   try {
-    bool fp8 = false, fold = false, streamed = false;
+    bool fp8 = false, fold = false, streamed = false, skinny = false, sweep = false, all = false;
     const std::vector<nanovllm::Shape>* shapes = &nanovllm::kQwen3_0_6b;
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
@@ -235,14 +302,23 @@ int main(int argc, char** argv) {
         fold = true;
       } else if (arg == "streamed") {
         streamed = true;
+      } else if (arg == "skinny") {
+        skinny = true;
+      } else if (arg == "sweep") {
+        sweep = true;
+      } else if (arg == "all") {
+        all = true;
       } else if (arg == "8b") {
         shapes = &nanovllm::kQwen3_8b;
       } else if (arg != "0.6b") {
-        std::fprintf(stderr, "bench_gemv: unknown argument '%s' (expected 0.6b, 8b, fp8, fold or streamed)\n", argv[i]);
+        std::fprintf(
+            stderr,
+            "bench_gemv: unknown argument '%s' (expected 0.6b, 8b, fp8, fold, streamed, skinny, sweep or all)\n",
+            argv[i]);
         return 2;
       }
     }
-    nanovllm::run(*shapes, fp8, fold, streamed);
+    nanovllm::run(*shapes, fp8, fold, streamed, skinny, sweep, all);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gemv: %s\n", e.what());
     return 1;

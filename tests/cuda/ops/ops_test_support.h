@@ -173,6 +173,44 @@ class CudaOpsTest : public ::testing::Test {
     return std::vector<float>(t.as<float>(), t.as<float>() + t.numel());
   }
 
+  // A chain of two linears, y = x W1^T and z = y W2^T: random bf16 x [t, k1], W1 [n1, k1] and W2 [n2, n1], as host
+  // values and on the GPU (the tests of kernels that start before the previous one has finished).
+  struct LinearChain {
+    std::vector<float> x, w1, w2;
+    Tensor gpu_x, gpu_w1, gpu_w2;
+  };
+  LinearChain random_linear_chain(int t, int k1, int n1, int n2) {
+    LinearChain c;
+    c.x = random_bf16_values(rng_, int64_t{t} * k1);
+    c.w1 = random_bf16_values(rng_, int64_t{n1} * k1, 0.1f);
+    c.w2 = random_bf16_values(rng_, int64_t{n2} * n1, 0.1f);
+    c.gpu_x = gpu_bf16(c.x, {t, k1});
+    c.gpu_w1 = gpu_bf16(c.w1, {n1, k1});
+    c.gpu_w2 = gpu_bf16(c.w2, {n2, n1});
+    return c;
+  }
+
+  // Runs chain() (y from x, then z from y) eagerly, then as a CUDA graph replayed 20 times with y and z poisoned
+  // before each replay (reading y before its kernel has finished gives NaN or stale values); check(z, reference,
+  // what) judges each run against the CPU's fp32 y W2^T from the eager y.
+  template <class Chain, class Check>
+  void expect_chain_replays(const LinearChain& c, const Tensor& y, const Tensor& z, Chain chain, Check check) {
+    const int64_t t = y.shape[0], n1 = y.shape[1], n2 = z.shape[1];
+    chain();
+    Tensor want = cpu_empty(DType::F32, {t, n2});
+    cpu_->linear(cpu_f32(read_gpu(y), {t, n1}), cpu_f32(c.w2, {n2, n1}), Tensor(), want);
+    const auto reference = read_cpu(want);
+    check(read_gpu(z), reference, std::string("eager"));
+    const std::vector<unsigned char> poison_y(y.bytes(), 0xFF), poison_z(z.bytes(), 0xFF);
+    CudaGraph graph = gpu_->capture(chain);
+    for (int replay = 0; replay < 20 && !::testing::Test::HasFailure(); ++replay) {
+      gpu_->upload(poison_y.data(), y.data, y.bytes());
+      gpu_->upload(poison_z.data(), z.data, z.bytes());
+      gpu_->replay(graph);
+      check(read_gpu(z), reference, "graph replay " + std::to_string(replay));
+    }
+  }
+
   std::mt19937 rng_{12345};
 
  private:

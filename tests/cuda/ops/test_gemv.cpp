@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_skinny.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_streamed.h"
 #include "backend/cuda/sm90a_code.h"
@@ -293,33 +294,21 @@ TEST_F(GemvTest, GemmRoutesSmallMAndAgreesWithCublasLt) {
 // reading it early gives NaN or stale values).
 TEST_F(GemvTest, OverlappedLaunchReadsThePreviousKernelsOutput) {
   const int t = 3, k1 = 1024, n1 = 3072, n2 = 1024;
-  const auto x = random_bf16_values(rng_, int64_t{t} * k1);
-  const auto w1 = random_bf16_values(rng_, int64_t{n1} * k1, 0.1f);
-  const auto w2 = random_bf16_values(rng_, int64_t{n2} * n1, 0.1f);
-  const Tensor gx = gpu_bf16(x, {t, k1}), gw1 = gpu_bf16(w1, {n1, k1}), gw2 = gpu_bf16(w2, {n2, n1});
+  const LinearChain c = random_linear_chain(t, k1, n1, n2);
   Tensor y = gpu_empty(DType::BF16, {t, n1});
   Tensor z = gpu_empty(DType::F32, {t, n2});
   const int sms = sm_count();
   auto chain = [&] {
-    cuda::launch_gemv({gx.as<__nv_bfloat16>(), gw1.as<__nv_bfloat16>(), nullptr, y.data, DType::BF16, t, n1, k1}, sms,
-                      gpu().stream());
-    cuda::launch_gemv({y.as<__nv_bfloat16>(), gw2.as<__nv_bfloat16>(), nullptr, z.data, DType::F32, t, n2, n1}, sms,
-                      gpu().stream());
+    cuda::launch_gemv(
+        {c.gpu_x.as<__nv_bfloat16>(), c.gpu_w1.as<__nv_bfloat16>(), nullptr, y.data, DType::BF16, t, n1, k1}, sms,
+        gpu().stream());
+    cuda::launch_gemv({y.as<__nv_bfloat16>(), c.gpu_w2.as<__nv_bfloat16>(), nullptr, z.data, DType::F32, t, n2, n1},
+                      sms, gpu().stream());
   };
-  const std::vector<unsigned char> poison_y(y.bytes(), 0xFF), poison_z(z.bytes(), 0xFF);
-  chain();
-  const auto y_values = read_gpu(y);
-  Tensor want = cpu_empty(DType::F32, {t, n2});
-  cpu().linear(cpu_f32(y_values, {t, n1}), cpu_f32(w2, {n2, n1}), Tensor(), want);
-  const auto reference = read_cpu(want);
-  expect_rel_l2(read_gpu(z), reference, 1e-4, "overlapped GEMV, eager");
-  CudaGraph graph = gpu().capture(chain);
-  for (int replay = 0; replay < 20 && !HasFailure(); ++replay) {
-    gpu().upload(poison_y.data(), y.data, y.bytes());
-    gpu().upload(poison_z.data(), z.data, z.bytes());
-    gpu().replay(graph);
-    expect_rel_l2(read_gpu(z), reference, 1e-4, "overlapped GEMV, graph replay " + std::to_string(replay));
-  }
+  expect_chain_replays(c, y, z, chain,
+                       [](const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+                         expect_rel_l2(got, want, 1e-4, "overlapped GEMV, " + what);
+                       });
 }
 
 // Through CudaBackend::linear (the path the model runner takes) at a decode batch.
@@ -376,10 +365,11 @@ TEST_F(GemvTest, FusedSiluMatchesLinearThenSilu) {
       }
     }
   }
-  // Not taken: 33 rows, FP8 codes at 17 rows, I = 24, the CPU backend.
+  // Not taken: more rows than the GEMV and the skinny GEMM take, FP8 codes at 17 rows, I = 24, the CPU backend.
   const auto w = random_bf16_values(rng_, 2 * 24 * 64, 0.1f);
-  Tensor out = gpu_empty(DType::BF16, {33, 32});
-  EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, 33 * 64), {33, 64}),
+  const int rows = cuda::kSkinnyGemmRouteMaxTokens + 1;
+  Tensor out = gpu_empty(DType::BF16, {rows, 32});
+  EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, rows * 64), {rows, 64}),
                                          gpu_bf16(random_bf16_values(rng_, 64 * 64, 0.1f), {64, 64}), Tensor(), {},
                                          out));
   Tensor out_fp8 = gpu_empty(DType::BF16, {17, 64});

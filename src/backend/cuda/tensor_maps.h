@@ -1,7 +1,9 @@
 #pragma once
-// A TMA tensor map over one layer's paged bf16 K or V cache, for kernels that copy whole cache blocks' keys with
-// the tensor memory accelerator (cp.async.bulk.tensor) instead of per-thread copies.
+// TMA tensor maps, for kernels that copy tiles with the tensor memory accelerator (cp.async.bulk.tensor) instead of
+// per-thread copies: one layer's paged bf16 K or V cache, and a row-major bf16 matrix.
 #include <cuda.h>
+
+#include <cstdint>
 
 namespace nanovllm::cuda {
 
@@ -11,5 +13,10 @@ namespace nanovllm::cuda {
 // from the block table, so the extent is given as 2^30 slots, more than any cache holds. Throws EngineError when
 // the driver cannot encode it.
 CUtensorMap paged_cache_tensor_map(const void* cache, int num_kv_heads, int head_dim, int box_keys);
+
+// A row-major bf16 matrix [rows, cols] (cols a multiple of 8, data 16-byte aligned) whose boxes are `box_rows` rows x
+// 64 columns, landing as rows of 128 bytes with the 128-byte swizzle, as above. Elements past either extent land as
+// zeros. Throws EngineError when the driver cannot encode it.
+CUtensorMap matrix_tensor_map(const void* data, int64_t rows, int64_t cols, int box_rows);
 
 }  // namespace nanovllm::cuda

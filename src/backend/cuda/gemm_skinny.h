@@ -1,0 +1,72 @@
+#pragma once
+// The skinny GEMM of decode batches too wide for the GEMV (sm_90 only): out[T, N] = x[T, K] · W[N, K]^T (+ bias[N]),
+// bf16 in and out, fp32 accumulation, for 1 <= T <= kSkinnyGemmMaxTokens. Hopper's wgmma with the weight as the MMA's
+// 64-row A operand and the tokens as its N, both operands copied by TMA into a ring of shared-memory stages, the
+// weight's first stages before the programmatic-launch wait; K split over CTAs where the weight has too few 64-row
+// tiles to fill the GPU, the last CTA of a tile adding the partial tiles in split order. docs/kernels/gemm_skinny.md
+// has the design and the measurements. Nothing allocates or synchronises, so a launch may be captured into a graph.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace nanovllm::cuda {
+
+inline constexpr int kSkinnyGemmMaxTokens = 256;
+// Gemm::run sends it the calls of 17 to this many rows that the GEMV does not take: above, cuBLASLt was as fast or
+// faster on Qwen3's projections (docs/kernels/gemm_skinny.md).
+inline constexpr int kSkinnyGemmRouteMaxTokens = 64;
+
+struct SkinnyGemmArgs {
+  const __nv_bfloat16* x = nullptr;       // [tokens, k], 16-byte aligned
+  const __nv_bfloat16* weight = nullptr;  // [n, k], 16-byte aligned
+  const __nv_bfloat16* bias = nullptr;    // [n] or null
+  __nv_bfloat16* out = nullptr;           // [tokens, n], 16-byte aligned
+  int tokens = 0;
+  int n = 0;
+  int k = 0;
+  // The MLP's gate_up and SiLU in one call: weight holds [gate; up], 2n rows, and out [tokens, n] = silu(x . gate^T) *
+  // (x . up^T), the same bits as the plain call followed by silu_and_mul. No bias.
+  bool swiglu = false;
+};
+
+// Device memory the K-split calls use. partials: fp32 scratch that no kernel running at the same time uses (the
+// GEMM's cuBLASLt workspace does: calls of one stream run one after another); counters: one arrival count a
+// 64-row tile, zero before the first call (each call leaves them zero again).
+struct SkinnyGemmWorkspace {
+  float* partials = nullptr;
+  size_t partial_floats = 0;
+  unsigned* counters = nullptr;
+  int counter_count = 0;
+};
+
+// Why the kernel cannot take these arguments, or empty: a build with sm_90a code, 1 <= tokens <=
+// kSkinnyGemmMaxTokens, k and n positive multiples of 8, x, weight and out 16-byte aligned, no bias with swiglu.
+std::string skinny_gemm_unsupported_because(const SkinnyGemmArgs& args);
+
+// How a call is cut into CTAs: tiles of tile_rows weight rows (64 or 128: one or two computing warpgroups) x
+// token_tile tokens (32, 64 or 128), each tile's K split over `splits` CTAs (fewer where the workspace cannot hold
+// the partial tiles or K has fewer 64-column tiles).
+struct SkinnyGemmConfig {
+  int tile_rows = 64;
+  int token_tile = 64;
+  int splits = 1;
+};
+
+// The configuration launch_skinny_gemm takes for sm_count SMs.
+SkinnyGemmConfig skinny_gemm_config(const SkinnyGemmArgs& args, int sm_count);
+
+// The splits a launch of this configuration runs (for tests and benchmarks).
+int skinny_gemm_splits(const SkinnyGemmArgs& args, const SkinnyGemmWorkspace& workspace,
+                       const SkinnyGemmConfig& config);
+
+// Enqueues the GEMM on `stream` as a programmatic dependent launch where enabled (programmatic_launch.h); throws
+// InvalidInput when the arguments or the configuration are unsupported or the current device is not sm_90.
+void launch_skinny_gemm(const SkinnyGemmArgs& args, const SkinnyGemmWorkspace& workspace, int sm_count,
+                        cudaStream_t stream);
+void launch_skinny_gemm(const SkinnyGemmArgs& args, const SkinnyGemmWorkspace& workspace,
+                        const SkinnyGemmConfig& config, cudaStream_t stream);
+
+}  // namespace nanovllm::cuda

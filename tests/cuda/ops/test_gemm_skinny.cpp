@@ -1,0 +1,269 @@
+// The skinny GEMM (src/backend/cuda/gemm_skinny.cu) against the fp32 CPU backend on the same bf16 inputs: every
+// wgmma width it has (token counts 1 to 256 around 32, 64 and 128), N that is not a multiple of the 64-row tile, K
+// with a partial last 64-column tile, K split over 1 to 32 CTAs (launched for 1, 3 and this GPU's SMs), with and
+// without bias. Outputs are NaN-poisoned first, so an unwritten element fails; each element must be within bf16
+// rounding of the reference, not only the whole tensor.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_skinny.h"
+#include "backend/cuda/gemv.h"
+#include "backend/cuda/sm90a_code.h"
+#include "tests/cuda/ops/ops_test_support.h"
+#include "tests/support/expect_invalid.h"
+
+namespace nanovllm::test {
+namespace {
+
+std::string describe(int t, int n, int k, bool bias, const cuda::SkinnyGemmConfig& c) {
+  return "T=" + std::to_string(t) + " N=" + std::to_string(n) + " K=" + std::to_string(k) + (bias ? " bias" : "") +
+         " tiles " + std::to_string(c.tile_rows) + "x" + std::to_string(c.token_tile) + " splits " +
+         std::to_string(c.splits);
+}
+
+// Every tile shape with K unsplit and split in 2 and 5; and the configuration chosen for this GPU (config.splits 0).
+std::vector<cuda::SkinnyGemmConfig> every_config() {
+  std::vector<cuda::SkinnyGemmConfig> configs;
+  for (int rows : {64, 128}) {
+    for (int tokens : {32, 64, 128}) {
+      for (int splits : {1, 2, 5}) configs.push_back({rows, tokens, splits});
+    }
+  }
+  configs.push_back({0, 0, 0});
+  return configs;
+}
+
+// Every element within bf16's rounding (2^-8 relative) of the fp32 reference, plus a little of the tensor's scale
+// for the different summation order; NaN fails.
+void expect_close_elements(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0.0;
+  for (float w : want) scale = std::max(scale, static_cast<double>(std::fabs(w)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double bound = std::fabs(want[i]) / 128.0 + 1e-3 * scale;
+    if (!(std::fabs(got[i] - want[i]) <= bound)) {
+      FAIL() << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
+    }
+  }
+}
+
+class SkinnyGemmTest : public CudaOpsTest {
+ protected:
+  void SetUp() override {
+    CudaOpsTest::SetUp();
+    if (IsSkipped()) return;
+    if (!cuda::sm90a_code_built()) GTEST_SKIP() << "no sm_90a code in this build";
+    if (!cuda::sm90a_code_runs_here()) GTEST_SKIP() << "the skinny GEMM is sm_90a code";
+    const size_t partial_floats = size_t{8} << 20;
+    keep_.push_back(gpu().allocate(partial_floats * sizeof(float)));
+    workspace_.partials = static_cast<float*>(keep_.back().data());
+    workspace_.partial_floats = partial_floats;
+    keep_.push_back(gpu().allocate(kCounters * sizeof(unsigned)));
+    workspace_.counters = static_cast<unsigned*>(keep_.back().data());
+    workspace_.counter_count = kCounters;
+    const std::vector<unsigned> zeros(kCounters, 0);
+    gpu().upload(zeros.data(), workspace_.counters, kCounters * sizeof(unsigned));
+  }
+  int sm_count() {
+    int device = 0, count = 0;
+    EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+    EXPECT_EQ(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+    return count;
+  }
+
+  void check_shape(int n, int k, const std::vector<int>& token_counts,
+                   const std::vector<cuda::SkinnyGemmConfig>& configs = every_config()) {
+    const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
+    const auto b = random_bf16_values(rng_, n);
+    const Tensor gpu_w = gpu_bf16(w, {n, k}), gpu_b = gpu_bf16(b, {n});
+    const Tensor cpu_w = cpu_f32(w, {n, k}), cpu_b = cpu_f32(b, {n});
+    for (int t : token_counts) {
+      const auto x = random_bf16_values(rng_, int64_t{t} * k);
+      const Tensor gpu_x = gpu_bf16(x, {t, k});
+      for (bool bias : {false, true}) {
+        Tensor want = cpu_empty(DType::F32, {t, n});
+        cpu().linear(cpu_f32(x, {t, k}), cpu_w, bias ? cpu_b : Tensor(), want);
+        const auto reference = read_cpu(want);
+        for (cuda::SkinnyGemmConfig config : configs) {
+          Tensor out = gpu_empty(DType::BF16, {t, n});  // NaN-poisoned
+          const cuda::SkinnyGemmArgs args{gpu_x.as<__nv_bfloat16>(),
+                                          gpu_w.as<__nv_bfloat16>(),
+                                          bias ? gpu_b.as<__nv_bfloat16>() : nullptr,
+                                          out.as<__nv_bfloat16>(),
+                                          t,
+                                          n,
+                                          k};
+          if (config.splits == 0) config = cuda::skinny_gemm_config(args, sm_count());
+          cuda::launch_skinny_gemm(args, workspace_, config, gpu().stream());
+          expect_close_elements(read_gpu(out), reference, describe(t, n, k, bias, config));
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+
+  static constexpr int kCounters = 4096;
+  cuda::SkinnyGemmWorkspace workspace_;
+  std::vector<Buffer> keep_;  // the workspace's memory
+};
+
+TEST_F(SkinnyGemmTest, WidthsAndSplitsMatchCpu) {
+  // Token counts around every token tile (several token tiles from 33 on), K of 32 64-column tiles (splits of 7 and
+  // 2, 5 of 7 and 2 of 5 tiles: the last split short).
+  check_shape(1024, 2048, {1, 17, 32, 33, 64, 65, 100, 128, 129, 256});
+  // K of one partial tile (no split); K of 4 tiles split 2 and 5 ways (4 splits of one tile).
+  check_shape(512, 200, {17, 129});
+  check_shape(64, 8, {1, 256});
+}
+
+TEST_F(SkinnyGemmTest, PartialTilesMatchCpu) {
+  // N not a multiple of the row tile (rows past N read as zero and are not stored); K with a partial last tile.
+  for (int n : {8, 72, 1000}) check_shape(n, 1032, {17, 64, 200});
+}
+
+TEST_F(SkinnyGemmTest, Qwen3ShapesMatchCpu) {
+  // Qwen3-0.6B's projections (qkv, o_proj, gate_up, down) with the configurations chosen for this GPU.
+  for (auto [n, k] : {std::pair{4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072}})
+    check_shape(n, k, {48, 96, 256}, {{0, 0, 0}});
+}
+
+// Split tiles count themselves in and the last resets its counter: a chain y = x W1^T, z = y W2^T, replayed as a
+// graph with y re-poisoned before each replay, must give the same z every time (the second call starts under
+// programmatic launch while the first finishes, and reads y only after it).
+TEST_F(SkinnyGemmTest, ChainedCallsReplayAsAGraph) {
+  const int t = 40, k1 = 1024, n1 = 3072, n2 = 1024;
+  const LinearChain c = random_linear_chain(t, k1, n1, n2);
+  Tensor y = gpu_empty(DType::BF16, {t, n1});
+  Tensor z = gpu_empty(DType::BF16, {t, n2});
+  const int sms = sm_count();
+  auto chain = [&] {
+    cuda::launch_skinny_gemm(
+        {c.gpu_x.as<__nv_bfloat16>(), c.gpu_w1.as<__nv_bfloat16>(), nullptr, y.as<__nv_bfloat16>(), t, n1, k1},
+        workspace_, sms, gpu().stream());
+    cuda::launch_skinny_gemm(
+        {y.as<__nv_bfloat16>(), c.gpu_w2.as<__nv_bfloat16>(), nullptr, z.as<__nv_bfloat16>(), t, n2, n1}, workspace_,
+        sms, gpu().stream());
+  };
+  // Each run gives the reference's values, and every run the same bits.
+  std::vector<float> first;
+  expect_chain_replays(c, y, z, chain,
+                       [&](const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+                         expect_close_elements(got, want, "chained skinny GEMMs, " + what);
+                         if (first.empty()) first = got;
+                         EXPECT_EQ(got, first) << what;
+                       });
+}
+
+// Through Gemm::run_skinny, with the Gemm's own workspace and counters.
+TEST_F(SkinnyGemmTest, GemmRunSkinnyMatchesCpu) {
+  const int t = 96, n = 1024, k = 3072;
+  const auto x = random_bf16_values(rng_, int64_t{t} * k);
+  const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
+  const Tensor gx = gpu_bf16(x, {t, k}), gw = gpu_bf16(w, {n, k});
+  Tensor out = gpu_empty(DType::BF16, {t, n});
+  keep_.push_back(gpu().allocate(size_t{32} << 20));
+  cuda::Gemm gemm(keep_.back().data(), keep_.back().bytes());
+  gemm.run_skinny(gx.as<__nv_bfloat16>(), gw.as<__nv_bfloat16>(), nullptr, out.as<__nv_bfloat16>(), t, n, k,
+                  gpu().stream());
+  Tensor want = cpu_empty(DType::F32, {t, n});
+  cpu().linear(cpu_f32(x, {t, k}), cpu_f32(w, {n, k}), Tensor(), want);
+  expect_close_elements(read_gpu(out), read_cpu(want), "Gemm::run_skinny");
+}
+
+// Gemm::run sends 17-64 rows to the skinny GEMM where the GEMV does not take them (Qwen3-8B's o_proj at any of
+// them, Qwen3-0.6B's above 32), and agrees with cuBLASLt there.
+TEST_F(SkinnyGemmTest, GemmRoutesUpTo64RowsAndAgreesWithCublasLt) {
+  keep_.push_back(gpu().allocate(size_t{32} << 20));
+  cuda::Gemm gemm(keep_.back().data(), keep_.back().bytes());
+  for (auto [t, n, k] : {std::tuple{48, 1024, 2048}, {64, 4096, 1024}, {24, 4096, 4096}}) {
+    const auto x = random_bf16_values(rng_, int64_t{t} * k);
+    const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
+    const Tensor gx = gpu_bf16(x, {t, k}), gw = gpu_bf16(w, {n, k});
+    Tensor routed = gpu_empty(DType::BF16, {t, n}), cublas = gpu_empty(DType::BF16, {t, n});
+    const cuda::SkinnyGemmArgs args{
+        gx.as<__nv_bfloat16>(), gw.as<__nv_bfloat16>(), nullptr, routed.as<__nv_bfloat16>(), t, n, k};
+    EXPECT_TRUE(gemm.skinny_takes(args)) << "T=" << t << " N=" << n << " K=" << k;
+    gemm.run(args.x, args.weight, nullptr, routed.data, DType::BF16, t, n, k, gpu().stream());
+    gemm.run_cublaslt(args.x, args.weight, nullptr, cublas.data, DType::BF16, t, n, k, gpu().stream());
+    expect_close_elements(read_gpu(routed), read_gpu(cublas), "T=" + std::to_string(t) + " N=" + std::to_string(n));
+  }
+  const auto* p = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});
+  auto* out = reinterpret_cast<__nv_bfloat16*>(uintptr_t{256});
+  EXPECT_FALSE(gemm.skinny_takes({p, p, nullptr, out, cuda::kSkinnyGemmRouteMaxTokens + 1, 1024, 1024}));
+  EXPECT_TRUE(gemm.skinny_takes({p, p, nullptr, out, cuda::kSkinnyGemmRouteMaxTokens, 1024, 1024}));
+}
+
+// The fused SiLU gives the same bits as the plain call on [gate; up] followed by silu_and_mul, with every
+// configuration (a tile's outputs take half its rows: gate rows and the up rows of the same outputs), at I not a
+// multiple of the tile's outputs; and through CudaBackend::linear_silu_and_mul at 33-64 rows.
+TEST_F(SkinnyGemmTest, FusedSiluMatchesLinearThenSilu) {
+  for (auto [inter, k] : {std::pair{24, 64}, {48, 1040}, {1000, 1024}, {3072, 1024}}) {
+    const int n = 2 * inter;
+    const Tensor w = gpu_bf16(random_bf16_values(rng_, int64_t{n} * k, 0.1f), {n, k});
+    for (int t : {17, 48, 64, 100}) {
+      const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * k), {t, k});
+      Tensor fused = gpu_empty(DType::BF16, {t, inter}), gate_up = gpu_empty(DType::BF16, {t, n}),
+             apart = gpu_empty(DType::BF16, {t, inter});
+      for (cuda::SkinnyGemmConfig config : every_config()) {
+        const cuda::SkinnyGemmArgs plain{
+            x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, gate_up.as<__nv_bfloat16>(), t, n, k};
+        cuda::SkinnyGemmArgs swiglu{
+            x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, fused.as<__nv_bfloat16>(), t, inter, k};
+        swiglu.swiglu = true;
+        if (config.splits == 0) config = cuda::skinny_gemm_config(swiglu, sm_count());
+        const std::string where = "I=" + std::to_string(inter) + " " + describe(t, n, k, false, config);
+        cuda::launch_skinny_gemm(swiglu, workspace_, config, gpu().stream());
+        cuda::launch_skinny_gemm(plain, workspace_, config, gpu().stream());
+        gpu().silu_and_mul(gate_up, apart);
+        ASSERT_EQ(read_gpu_bytes(fused), read_gpu_bytes(apart)) << where;
+        for (const float v : read_gpu(fused)) ASSERT_TRUE(std::isfinite(v)) << where;
+      }
+      // Through the backend where linear() takes the skinny GEMM too (at up to 32 rows it may take the GEMV).
+      if (t <= cuda::kGemvMaxTokens || t > cuda::kSkinnyGemmRouteMaxTokens) continue;
+      Tensor backend = gpu_empty(DType::BF16, {t, inter});
+      ASSERT_TRUE(gpu().linear_silu_and_mul(x, w, Tensor(), {}, backend)) << "I=" << inter << " T=" << t;
+      gpu().linear(x, w, Tensor(), gate_up);
+      gpu().silu_and_mul(gate_up, apart);
+      ASSERT_EQ(read_gpu_bytes(backend), read_gpu_bytes(apart)) << "linear_silu_and_mul I=" << inter << " T=" << t;
+    }
+  }
+}
+
+TEST(SkinnyGemmSupports, RefusesWhatItCannotTake) {
+  if (!cuda::sm90a_code_built()) GTEST_SKIP() << "no sm_90a code in this build";
+  const auto* p = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});
+  auto* out = reinterpret_cast<__nv_bfloat16*>(uintptr_t{256});
+  const cuda::SkinnyGemmArgs ok{p, p, nullptr, out, 17, 64, 64};
+  EXPECT_EQ(cuda::skinny_gemm_unsupported_because(ok), "");
+  auto with = [&](auto change) {
+    cuda::SkinnyGemmArgs a = ok;
+    change(a);
+    return cuda::skinny_gemm_unsupported_because(a);
+  };
+  EXPECT_NE(with([](auto& a) { a.tokens = 0; }).find("tokens 0"), std::string::npos);
+  EXPECT_NE(with([](auto& a) { a.tokens = 257; }).find("tokens 257"), std::string::npos);
+  EXPECT_NE(with([](auto& a) { a.k = 12; }).find("multiples of 8"), std::string::npos);
+  EXPECT_NE(with([](auto& a) { a.n = 4; }).find("multiples of 8"), std::string::npos);
+  EXPECT_NE(with([&](auto& a) { a.x = p + 1; }).find("16-byte aligned"), std::string::npos);
+  EXPECT_NE(with([&](auto& a) {
+              a.bias = p;
+              a.swiglu = true;
+            }).find("no bias"),
+            std::string::npos);
+  nanovllm::testing::expect_invalid(
+      [&] {
+        cuda::launch_skinny_gemm(cuda::SkinnyGemmArgs{p, p, nullptr, out, 300, 64, 64}, cuda::SkinnyGemmWorkspace{}, 1,
+                                 nullptr);
+      },
+      {"skinny_gemm", "tokens=300"});
+}
+
+}  // namespace
+}  // namespace nanovllm::test
