@@ -671,7 +671,7 @@ void CudaBackend::launch_folded_gemv(const char* op, const cuda::GemvArgs& gemv)
 // operands next).
 bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
                                       const FoldedNormInput& input_norm, Tensor& out) {
-  const int64_t max_rows = std::max(cuda::kGemvMaxTokens, cuda::kSkinnyGemmRouteMaxTokens);
+  const int64_t max_rows = std::max(cuda::kGemvMaxTokens, cuda::kSkinnyGemmSmallWeightMaxTokens);
   if (x.numel() > max_rows * x.dim(-1)) return false;
   make_current();
   const char* op = "linear_silu_and_mul";

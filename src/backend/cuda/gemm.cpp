@@ -36,7 +36,7 @@ Gemm::Gemm(void* workspace, size_t workspace_bytes) : workspace_(workspace), wor
   NANOVLLM_CUDA_CHECK(cudaMalloc(&counters, kSkinnyCounters * sizeof(unsigned)));
   skinny_counters_.reset(counters);
   NANOVLLM_CUDA_CHECK(cudaMemset(counters, 0, kSkinnyCounters * sizeof(unsigned)));
-  // NANOVLLM_SKINNY_GEMM=N sends calls of up to N rows there instead (0: none; A/B runs).
+  // NANOVLLM_SKINNY_GEMM=N sends it no calls of more than N rows (0: none; A/B runs).
   if (const char* rows = std::getenv("NANOVLLM_SKINNY_GEMM")) skinny_max_rows_ = std::atoi(rows);
 }
 
@@ -98,7 +98,9 @@ SkinnyGemmWorkspace Gemm::skinny_workspace() const {
 }
 
 bool Gemm::skinny_takes(const SkinnyGemmArgs& args) const {
-  return args.tokens > kGemvMaxTokensAnyWeight && args.tokens <= skinny_max_rows_ &&
+  const int64_t weight_elements = int64_t{args.n} * (args.swiglu ? 2 : 1) * args.k;
+  return args.tokens > kGemvMaxTokensAnyWeight &&
+         args.tokens <= std::min(skinny_max_rows_, skinny_gemm_route_max_tokens(weight_elements)) &&
          skinny_gemm_unsupported_because(args).empty() && sm90a_code_runs_here();
 }
 

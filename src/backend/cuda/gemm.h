@@ -5,7 +5,7 @@
 // once per shape bucket (M rounded up to a power of two) and cached; descriptors are cached per exact shape.
 // Skinny calls (M <= kGemvMaxTokens, gemv.h) go to the weight-streaming GEMV instead (docs/kernels/gemv.md),
 // unless measure_small_row_paths found cuBLASLt faster for that shape; on sm_90, the rest up to
-// kSkinnyGemmRouteMaxTokens rows with bf16 out to the skinny GEMM (gemm_skinny.h).
+// skinny_gemm_route_max_tokens rows with bf16 out to the skinny GEMM (gemm_skinny.h).
 // No allocation happens per call (the workspace is allocated once), so calls may be graph-captured.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -56,7 +56,7 @@ class Gemm {
   void run_skinny(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, __nv_bfloat16* out,
                   int m, int n, int k, cudaStream_t stream);
   // Whether run() sends this bf16-out call to the skinny GEMM when the GEMV does not take it: 17 to
-  // kSkinnyGemmRouteMaxTokens rows (or NANOVLLM_SKINNY_GEMM's), on sm_90.
+  // skinny_gemm_route_max_tokens rows (and no more than NANOVLLM_SKINNY_GEMM's), on sm_90.
   bool skinny_takes(const SkinnyGemmArgs& args) const;
   SkinnyGemmWorkspace skinny_workspace() const;
 
@@ -97,7 +97,7 @@ class Gemm {
   size_t workspace_bytes_;
   // The skinny GEMM's arrival counters, one a 64-row tile (its partials use workspace_).
   std::unique_ptr<unsigned, DeviceFree> skinny_counters_;
-  int skinny_max_rows_ = kSkinnyGemmRouteMaxTokens;  // or NANOVLLM_SKINNY_GEMM's (A/B runs)
+  int skinny_max_rows_ = kSkinnyGemmMaxTokens;  // or NANOVLLM_SKINNY_GEMM's, a cap for A/B runs
   std::map<ShapeKey, cublasLtMatmulAlgo_t> algo_by_bucket_;
   std::map<ShapeKey, Plan> plans_;
   // Per (n, k, out dtype) measured: cuBLASLt faster at 1, 2, 4, 8, 16 rows.

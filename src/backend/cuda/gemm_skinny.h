@@ -15,9 +15,15 @@
 namespace nanovllm::cuda {
 
 inline constexpr int kSkinnyGemmMaxTokens = 256;
-// Gemm::run sends it the calls of 17 to this many rows that the GEMV does not take: above, cuBLASLt was as fast or
-// faster on Qwen3's projections (docs/kernels/gemm_skinny.md).
+// Gemm::run sends it the calls of 17 rows up to skinny_gemm_route_max_tokens() that the GEMV does not take: 128 for
+// weights of fewer than kSkinnyGemmSmallWeight elements (the fused SiLU's 2n x k), else 64. Past those cuBLASLt was as
+// fast end to end, and routed above 64 rows Qwen3-8B's steps took 11% longer (H100; docs/kernels/gemm_skinny.md).
 inline constexpr int kSkinnyGemmRouteMaxTokens = 64;
+inline constexpr int kSkinnyGemmSmallWeightMaxTokens = 128;
+inline constexpr int64_t kSkinnyGemmSmallWeight = int64_t{16} << 20;
+constexpr int skinny_gemm_route_max_tokens(int64_t weight_elements) {
+  return weight_elements < kSkinnyGemmSmallWeight ? kSkinnyGemmSmallWeightMaxTokens : kSkinnyGemmRouteMaxTokens;
+}
 
 struct SkinnyGemmArgs {
   const __nv_bfloat16* x = nullptr;       // [tokens, k], 16-byte aligned

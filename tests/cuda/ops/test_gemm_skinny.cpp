@@ -177,12 +177,12 @@ TEST_F(SkinnyGemmTest, GemmRunSkinnyMatchesCpu) {
   expect_close_elements(read_gpu(out), read_cpu(want), "Gemm::run_skinny");
 }
 
-// Gemm::run sends 17-64 rows to the skinny GEMM where the GEMV does not take them (Qwen3-8B's o_proj at any of
-// them, Qwen3-0.6B's above 32), and agrees with cuBLASLt there.
-TEST_F(SkinnyGemmTest, GemmRoutesUpTo64RowsAndAgreesWithCublasLt) {
+// Gemm::run sends 17-64 rows (to 128 for small weights) to the skinny GEMM where the GEMV does not take them
+// (Qwen3-8B's o_proj at 17-64, Qwen3-0.6B's above 32), and agrees with cuBLASLt there.
+TEST_F(SkinnyGemmTest, GemmRoutesDecodeRowsAndAgreesWithCublasLt) {
   keep_.push_back(gpu().allocate(size_t{32} << 20));
   cuda::Gemm gemm(keep_.back().data(), keep_.back().bytes());
-  for (auto [t, n, k] : {std::tuple{48, 1024, 2048}, {64, 4096, 1024}, {24, 4096, 4096}}) {
+  for (auto [t, n, k] : {std::tuple{48, 1024, 2048}, {64, 4096, 1024}, {24, 4096, 4096}, {96, 6144, 1024}}) {
     const auto x = random_bf16_values(rng_, int64_t{t} * k);
     const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
     const Tensor gx = gpu_bf16(x, {t, k}), gw = gpu_bf16(w, {n, k});
@@ -196,13 +196,17 @@ TEST_F(SkinnyGemmTest, GemmRoutesUpTo64RowsAndAgreesWithCublasLt) {
   }
   const auto* p = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});
   auto* out = reinterpret_cast<__nv_bfloat16*>(uintptr_t{256});
-  EXPECT_FALSE(gemm.skinny_takes({p, p, nullptr, out, cuda::kSkinnyGemmRouteMaxTokens + 1, 1024, 1024}));
-  EXPECT_TRUE(gemm.skinny_takes({p, p, nullptr, out, cuda::kSkinnyGemmRouteMaxTokens, 1024, 1024}));
+  // 65-128 rows only for weights under kSkinnyGemmSmallWeight elements.
+  EXPECT_TRUE(gemm.skinny_takes({p, p, nullptr, out, 128, 1024, 1024}));
+  EXPECT_FALSE(gemm.skinny_takes({p, p, nullptr, out, 129, 1024, 1024}));
+  EXPECT_TRUE(gemm.skinny_takes({p, p, nullptr, out, 64, 4096, 4096}));
+  EXPECT_FALSE(gemm.skinny_takes({p, p, nullptr, out, 65, 4096, 4096}));
+  EXPECT_FALSE(gemm.skinny_takes({p, p, nullptr, out, 16, 1024, 1024}));
 }
 
 // The fused SiLU gives the same bits as the plain call on [gate; up] followed by silu_and_mul, with every
 // configuration (a tile's outputs take half its rows: gate rows and the up rows of the same outputs), at I not a
-// multiple of the tile's outputs; and through CudaBackend::linear_silu_and_mul at 33-64 rows.
+// multiple of the tile's outputs; and through CudaBackend::linear_silu_and_mul at 33-128 rows.
 TEST_F(SkinnyGemmTest, FusedSiluMatchesLinearThenSilu) {
   for (auto [inter, k] : {std::pair{24, 64}, {48, 1040}, {1000, 1024}, {3072, 1024}}) {
     const int n = 2 * inter;
@@ -226,7 +230,7 @@ TEST_F(SkinnyGemmTest, FusedSiluMatchesLinearThenSilu) {
         for (const float v : read_gpu(fused)) ASSERT_TRUE(std::isfinite(v)) << where;
       }
       // Through the backend where linear() takes the skinny GEMM too (at up to 32 rows it may take the GEMV).
-      if (t <= cuda::kGemvMaxTokens || t > cuda::kSkinnyGemmRouteMaxTokens) continue;
+      if (t <= cuda::kGemvMaxTokens || t > cuda::skinny_gemm_route_max_tokens(int64_t{n} * k)) continue;
       Tensor backend = gpu_empty(DType::BF16, {t, inter});
       ASSERT_TRUE(gpu().linear_silu_and_mul(x, w, Tensor(), {}, backend)) << "I=" << inter << " T=" << t;
       gpu().linear(x, w, Tensor(), gate_up);
@@ -234,6 +238,13 @@ TEST_F(SkinnyGemmTest, FusedSiluMatchesLinearThenSilu) {
       ASSERT_EQ(read_gpu_bytes(backend), read_gpu_bytes(apart)) << "linear_silu_and_mul I=" << inter << " T=" << t;
     }
   }
+}
+
+TEST(SkinnyGemmRoute, SmallWeightsTakeMoreRows) {
+  EXPECT_EQ(cuda::skinny_gemm_route_max_tokens(int64_t{6144} * 1024), 128);  // Qwen3-0.6B's gate_up
+  EXPECT_EQ(cuda::skinny_gemm_route_max_tokens(cuda::kSkinnyGemmSmallWeight - 1), 128);
+  EXPECT_EQ(cuda::skinny_gemm_route_max_tokens(cuda::kSkinnyGemmSmallWeight), 64);
+  EXPECT_EQ(cuda::skinny_gemm_route_max_tokens(int64_t{4096} * 4096), 64);  // Qwen3-8B's o_proj
 }
 
 TEST(SkinnyGemmSupports, RefusesWhatItCannotTake) {

@@ -367,7 +367,7 @@ TEST_F(GemvTest, FusedSiluMatchesLinearThenSilu) {
   }
   // Not taken: more rows than the GEMV and the skinny GEMM take, FP8 codes at 17 rows, I = 24, the CPU backend.
   const auto w = random_bf16_values(rng_, 2 * 24 * 64, 0.1f);
-  const int rows = cuda::kSkinnyGemmRouteMaxTokens + 1;
+  const int rows = cuda::kSkinnyGemmSmallWeightMaxTokens + 1;
   Tensor out = gpu_empty(DType::BF16, {rows, 32});
   EXPECT_FALSE(gpu().linear_silu_and_mul(gpu_bf16(random_bf16_values(rng_, rows * 64), {rows, 64}),
                                          gpu_bf16(random_bf16_values(rng_, 64 * 64, 0.1f), {64, 64}), Tensor(), {},
