@@ -145,6 +145,8 @@ CudaBackend::CudaBackend(int device_index) : device_(device_index) {
                                                                            {"block", Fp8LinearPath::kBlockScaled}});
   // An FP8 cache's long prompts multiply in bf16 (the shadow of their codes) or in E4M3.
   fp8_attention_products_ = environment_choice<bool>("NANOVLLM_FP8_ATTENTION", {{"bf16", false}, {"fp8", true}});
+  // Decode steps above the GEMV's rows fold their norms into the skinny GEMM only when asked: not yet measured.
+  skinny_norm_fold_ = environment_choice<bool>("NANOVLLM_SKINNY_FOLD", {{"0", false}, {"1", true}});
   decode_kernel_ =
       environment_choice<cuda::DecodeKernel>("NANOVLLM_DECODE_ATTENTION", {{"auto", cuda::DecodeKernel::kAuto},
                                                                            {"cores", cuda::DecodeKernel::kCudaCores},
@@ -659,14 +661,18 @@ void CudaBackend::attach_folded_norm_input(const char* op, const FoldedNormInput
 }
 
 void CudaBackend::launch_folded_gemv(const char* op, const cuda::GemvArgs& gemv) {
-  if (!cuda::gemv_supports(gemv))
+  if (!cuda::gemv_supports(gemv)) {
+    const cuda::SkinnyGemmArgs skinny = cuda::skinny_gemm_args(gemv);
+    if (gemv.weight != nullptr && gemv.out_dtype == DType::BF16 && gemm_->skinny_takes(skinny))
+      return cuda::launch_skinny_gemm(skinny, gemm_->skinny_workspace(), props_.multiProcessorCount, stream_);
     throw EngineError(std::string(op) + ": no folded-norm kernel for T=" + std::to_string(gemv.tokens) +
                       " N=" + std::to_string(gemv.n) + " K=" + std::to_string(gemv.k) + " (see supports_norm_fold)");
+  }
   if (gemv.weight_fp8 != nullptr) last_fp8_linear_path_ = Fp8LinearPath::kGemv;
   cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
 }
 
-// Decode batches (the GEMV's row counts, and the skinny GEMM's for bf16 weights without a folded norm) only: above
+// Decode batches (the GEMV's row counts, and the skinny GEMM's for bf16 weights) only: above
 // them the GEMM and silu_and_mul run apart, and the refusal comes before any checking (linear() checks the same
 // operands next).
 bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, const Tensor& block_scale,
@@ -683,9 +689,8 @@ bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, con
   gemv.swiglu = true;
   if (!input_norm.sums.empty()) attach_folded_norm_input(op, input_norm, gemv);
   if (!cuda::gemv_supports(gemv)) {
-    const cuda::SkinnyGemmArgs skinny{gemv.x,      gemv.weight, nullptr, static_cast<__nv_bfloat16*>(gemv.out),
-                                      gemv.tokens, gemv.n,      gemv.k,  /*swiglu=*/true};
-    if (gemv.weight == nullptr || gemv.input_sum_squares != nullptr || !gemm_->skinny_takes(skinny)) return false;
+    const cuda::SkinnyGemmArgs skinny = cuda::skinny_gemm_args(gemv);
+    if (gemv.weight == nullptr || !gemm_->skinny_takes(skinny)) return false;
     cuda::launch_skinny_gemm(skinny, gemm_->skinny_workspace(), props_.multiProcessorCount, stream_);
     return true;
   }
@@ -696,8 +701,11 @@ bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, con
 
 bool CudaBackend::supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype,
                                      int64_t largest_weight_elements) const {
-  // Every linear around the norms must be a GEMV at these rows: the largest decides.
-  const int max_tokens = cuda::gemv_max_tokens(largest_weight_elements, weight_dtype == DType::F8_E4M3);
+  // Every linear around the norms must be a GEMV (or, for bf16 weights on sm_90, a skinny GEMM) at these rows: the
+  // largest decides.
+  int max_tokens = cuda::gemv_max_tokens(largest_weight_elements, weight_dtype == DType::F8_E4M3);
+  if (weight_dtype == DType::BF16 && skinny_norm_fold_)
+    max_tokens = std::max(max_tokens, gemm_->skinny_max_tokens(largest_weight_elements));
   return (weight_dtype == DType::BF16 || weight_dtype == DType::F8_E4M3) && tokens >= 1 && tokens <= max_tokens &&
          hidden % 8 == 0 && hidden >= 8 && hidden <= cuda::kGemvMaxNormWidth;
 }

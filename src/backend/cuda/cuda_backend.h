@@ -178,6 +178,7 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxFp8PrefillShadowBytes = size_t{2} << 30;
   // Where the shadow applies, multiply in E4M3 (kWgmmaFp8Mma) instead of bf16: NANOVLLM_FP8_ATTENTION=fp8.
   bool fp8_attention_products_ = false;
+  bool skinny_norm_fold_ = false;  // NANOVLLM_SKINNY_FOLD=1: supports_norm_fold reaches the skinny GEMM's rows
   // Decode attention's key loop: NANOVLLM_DECODE_ATTENTION=auto (default) | cores | mma, for A/B runs.
   cuda::DecodeKernel decode_kernel_ = cuda::DecodeKernel::kAuto;
   Buffer sampler_workspace_;

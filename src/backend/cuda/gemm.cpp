@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include <bit>
+#include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -12,6 +14,8 @@
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/sm90a_code.h"
+#include "common/error.h"
+#include "common/quoted.h"
 
 namespace nanovllm::cuda {
 namespace {
@@ -37,7 +41,14 @@ Gemm::Gemm(void* workspace, size_t workspace_bytes) : workspace_(workspace), wor
   skinny_counters_.reset(counters);
   NANOVLLM_CUDA_CHECK(cudaMemset(counters, 0, kSkinnyCounters * sizeof(unsigned)));
   // NANOVLLM_SKINNY_GEMM=N sends it no calls of more than N rows (0: none; A/B runs).
-  if (const char* rows = std::getenv("NANOVLLM_SKINNY_GEMM")) skinny_max_rows_ = std::atoi(rows);
+  if (const char* rows = std::getenv("NANOVLLM_SKINNY_GEMM"); rows != nullptr && *rows != '\0') {
+    int value = 0;
+    const char* end = rows + std::strlen(rows);
+    const auto [at, error] = std::from_chars(rows, end, value);
+    if (error != std::errc() || at != end || value < 0)
+      throw InvalidInput("NANOVLLM_SKINNY_GEMM is " + quoted_text(rows) + "; expected a row count (0: none)");
+    skinny_max_rows_ = value;
+  }
 }
 
 void Gemm::DeviceFree::operator()(unsigned* p) const { cudaFree(p); }
@@ -95,6 +106,11 @@ void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_b
 
 SkinnyGemmWorkspace Gemm::skinny_workspace() const {
   return {static_cast<float*>(workspace_), workspace_bytes_ / sizeof(float), skinny_counters_.get(), kSkinnyCounters};
+}
+
+int Gemm::skinny_max_tokens(int64_t weight_elements) const {
+  if (!sm90a_code_built() || !sm90a_code_runs_here()) return 0;
+  return std::min(skinny_max_rows_, skinny_gemm_route_max_tokens(weight_elements));
 }
 
 bool Gemm::skinny_takes(const SkinnyGemmArgs& args) const {

@@ -58,6 +58,9 @@ class Gemm {
   // Whether run() sends this bf16-out call to the skinny GEMM when the GEMV does not take it: 17 to
   // skinny_gemm_route_max_tokens rows (and no more than NANOVLLM_SKINNY_GEMM's), on sm_90.
   bool skinny_takes(const SkinnyGemmArgs& args) const;
+  // The most rows skinny_takes() takes for a weight of this many elements (the fused SiLU's 2n x k) on this device:
+  // 0 off sm_90.
+  int skinny_max_tokens(int64_t weight_elements) const;
   SkinnyGemmWorkspace skinny_workspace() const;
 
   // For benchmarks: the algorithms cuBLASLt's heuristic lists for this shape (no bias), best guess first, at

@@ -15,6 +15,7 @@
 #include "backend/cuda/attention_wgmma.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_skinny.h"
+#include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/programmatic_launch.cuh"
 #include "backend/cuda/silu.cuh"
 #include "backend/cuda/sm90a_code.h"
@@ -25,6 +26,8 @@ namespace nanovllm::cuda {
 namespace {
 
 using namespace attention_detail;  // NOLINT(google-build-using-namespace): the wgmma and mbarrier wrappers
+using gemv_detail::NormFold;
+using gemv_detail::NormFoldParams;
 
 constexpr int kTileK = kPanelValues;  // one 128-byte swizzled panel a k-tile
 constexpr int kGroupRows = 64;        // weight rows a computing warpgroup owns: the wgmma's M
@@ -44,7 +47,8 @@ struct Layout {
   static constexpr int kOutRowBytes = kRows * 2 + 16;
   static constexpr int kBarrierOffset = kStages * kStageBytes;
   static constexpr int kFlagOffset = kBarrierOffset + 2 * kStages * 8;
-  static constexpr size_t kSharedBytes = kFlagOffset + 16 + kSwizzleAtom;  // + the alignment of the ring
+  static constexpr int kInvRmsOffset = kFlagOffset + 16;  // a folded input norm's 1 / rms of each token
+  static constexpr size_t kSharedBytes = kInvRmsOffset + kTokens * 4 + kSwizzleAtom;  // + the alignment of the ring
   static_assert(kTokens * kOutRowBytes <= kStages * kStageBytes, "the output tile fits in the ring");
   static_assert(kStages >= 2, "a ring");
 };
@@ -63,13 +67,14 @@ __device__ __forceinline__ void wgmma_tile(float (&acc)[kTokens / 8][4], uint64_
 
 // Grid: (output tiles of kOutRows, token tiles of kTokens, K splits of tiles_per_split k-tiles). kSwiglu: the tile's
 // weight rows are its kOutRows gate rows and the up rows of the same outputs (n further down the weight), copied as
-// two boxes, and the epilogue writes SiLU(gate) x up.
-template <int kTokens, int kGroups, bool kSwiglu>
+// two boxes, and the epilogue writes SiLU(gate) x up. kNorm: a folded RMSNorm's side (gemv.h's GemvArgs): each
+// product scaled by its token's 1 / rms before the bias or SiLU, or the residual added and the next norm's sums.
+template <int kTokens, int kGroups, bool kSwiglu, NormFold kNorm>
 __global__ void __launch_bounds__(Layout<kTokens, kGroups>::kThreads, 1)
     skinny_gemm_kernel(const __grid_constant__ CUtensorMap weight_map, const __grid_constant__ CUtensorMap x_map,
                        const __nv_bfloat16* __restrict__ bias, __nv_bfloat16* __restrict__ out,
-                       float* __restrict__ partials, unsigned* __restrict__ counters, int tokens, int n, int k_tiles,
-                       int tiles_per_split) {
+                       float* __restrict__ partials, unsigned* __restrict__ counters, int tokens, int n, int k,
+                       int k_tiles, int tiles_per_split, NormFoldParams norm) {
 #ifdef NANOVLLM_WGMMA
   using L = Layout<kTokens, kGroups>;
   constexpr int kStages = L::kStages;
@@ -129,6 +134,23 @@ __global__ void __launch_bounds__(Layout<kTokens, kGroups>::kThreads, 1)
 
   wait_for_previous_grid();  // before any store: the previous kernel may still read out or the partials
   const int tid = static_cast<int>(threadIdx.x);
+  auto* inv_rms = reinterpret_cast<float*>(ring_ptr + L::kInvRmsOffset);
+  if constexpr (kNorm == NormFold::kScaleByInputRms) {
+    // Written before the epilogue's first barrier, read after it.
+    if (tid < kTokens && token0 + tid < tokens) {
+      const GemvNormSum& sum = norm.input_sum_squares[token0 + tid];
+      inv_rms[tid] = rsqrtf(gemv_detail::norm_sum_value(sum.whole, sum.fraction) / static_cast<float>(k) + norm.eps);
+    }
+  }
+  if constexpr (kNorm == NormFold::kAddResidual) {
+    // An earlier norm's sums, all of whose readers have run, are zeroed for their next use (gemv.h).
+    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+      for (int i = tid; i < norm.stale_sum_count; i += L::kComputeThreads) {
+        norm.stale_sums[i].whole = 0;
+        norm.stale_sums[i].fraction = 0;
+      }
+    }
+  }
   const int group = tid / 128;  // its 64 rows of the CTA's
   float acc[kNTiles][4] = {};
   for (int kt = 0; kt < count; ++kt) {
@@ -201,8 +223,9 @@ __global__ void __launch_bounds__(Layout<kTokens, kGroups>::kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = group * kGroupRows + 16 * warp + g + 8 * (e / 2), c = 8 * j + 2 * t + (e % 2);
+      const float scale = kNorm == NormFold::kScaleByInputRms && token0 + c < tokens ? inv_rms[c] : 1.0f;
       *reinterpret_cast<__nv_bfloat16*>(ring_ptr + c * L::kOutRowBytes + r * 2) =
-          __float2bfloat16(acc[j][e] + bias_of[e / 2]);
+          __float2bfloat16(acc[j][e] * scale + bias_of[e / 2]);
     }
   }
   compute_threads_sync<L::kComputeThreads>();
@@ -213,6 +236,7 @@ __global__ void __launch_bounds__(Layout<kTokens, kGroups>::kThreads, 1)
     if (token0 + c >= tokens || row >= n) continue;  // n % 8 == 0: a chunk is all in or all out
     const unsigned char* staged = ring_ptr + c * L::kOutRowBytes + chunk * 16;
     uint4 value = *reinterpret_cast<const uint4*>(staged);
+    const size_t at = static_cast<size_t>(token0 + c) * n + row;
     if constexpr (kSwiglu) {
       const uint4 up = *reinterpret_cast<const uint4*>(staged + kOutRows * 2);
       auto* g = reinterpret_cast<__nv_bfloat162*>(&value);
@@ -223,7 +247,30 @@ __global__ void __launch_bounds__(Layout<kTokens, kGroups>::kThreads, 1)
         g[p] = __floats2bfloat162_rn(silu_mul(gf.x, uf.x), silu_mul(gf.y, uf.y));
       }
     }
-    *reinterpret_cast<uint4*>(out + static_cast<size_t>(token0 + c) * n + row) = value;
+    if constexpr (kNorm == NormFold::kAddResidual) {
+      // As add_rms_norm: the rounded output added to the residual, the sum rounded; the 8 rows' squares are one piece
+      // of the token's sum (fixed point, so the total does not depend on the order pieces arrive in).
+      const uint4 residual_in = *reinterpret_cast<const uint4*>(norm.residual + at);
+      const uint4 weight = *reinterpret_cast<const uint4*>(norm.norm_weight + row);
+      const auto* o = reinterpret_cast<const __nv_bfloat16*>(&value);
+      const auto* r = reinterpret_cast<const __nv_bfloat16*>(&residual_in);
+      const auto* w = reinterpret_cast<const __nv_bfloat16*>(&weight);
+      uint4 residual_out, normed;
+      auto* ro = reinterpret_cast<__nv_bfloat16*>(&residual_out);
+      auto* no = reinterpret_cast<__nv_bfloat16*>(&normed);
+      float square = 0.0f;
+#pragma unroll
+      for (int v = 0; v < 8; ++v) {
+        const float h = gemv_detail::round_to_bf16(__bfloat162float(r[v]) + __bfloat162float(o[v]));
+        ro[v] = __float2bfloat16_rn(h);
+        no[v] = __float2bfloat16_rn(h * __bfloat162float(w[v]));
+        square += h * h;
+      }
+      *reinterpret_cast<uint4*>(norm.residual + at) = residual_out;
+      value = normed;
+      gemv_detail::add_norm_sum_piece(norm.sum_squares + token0 + c, square);
+    }
+    *reinterpret_cast<uint4*>(out + at) = value;
   }
 #endif
 }
@@ -252,10 +299,27 @@ Grid grid_for(const SkinnyGemmArgs& a, const SkinnyGemmWorkspace& w, const Skinn
   return g;
 }
 
+// The kernel for these arguments' SiLU and folded norm (only 64-row tiles fold a norm).
+template <int kTokens, int kGroups>
+auto kernel_for(const SkinnyGemmArgs& a) {
+  const NormFold fold = a.residual != nullptr            ? NormFold::kAddResidual
+                        : a.input_sum_squares != nullptr ? NormFold::kScaleByInputRms
+                                                         : NormFold::kNone;
+  if constexpr (kGroups == 1) {
+    if (fold == NormFold::kAddResidual) return skinny_gemm_kernel<kTokens, 1, false, NormFold::kAddResidual>;
+    if (fold == NormFold::kScaleByInputRms) {
+      return a.swiglu ? skinny_gemm_kernel<kTokens, 1, true, NormFold::kScaleByInputRms>
+                      : skinny_gemm_kernel<kTokens, 1, false, NormFold::kScaleByInputRms>;
+    }
+  }
+  return a.swiglu ? skinny_gemm_kernel<kTokens, kGroups, true, NormFold::kNone>
+                  : skinny_gemm_kernel<kTokens, kGroups, false, NormFold::kNone>;
+}
+
 template <int kTokens, int kGroups>
 void launch(const SkinnyGemmArgs& a, const SkinnyGemmWorkspace& w, const Grid& g, cudaStream_t stream) {
   using L = Layout<kTokens, kGroups>;
-  auto kernel = a.swiglu ? skinny_gemm_kernel<kTokens, kGroups, true> : skinny_gemm_kernel<kTokens, kGroups, false>;
+  auto kernel = kernel_for<kTokens, kGroups>(a);
   allow_dynamic_smem(kernel, L::kSharedBytes, "skinny_gemm");
   const CUtensorMap weight_map = a.swiglu ? matrix_tensor_map(a.weight, 2 * int64_t{a.n}, a.k, L::kRows / 2)
                                           : matrix_tensor_map(a.weight, a.n, a.k, L::kRows);
@@ -264,7 +328,9 @@ void launch(const SkinnyGemmArgs& a, const SkinnyGemmWorkspace& w, const Grid& g
       "skinny_gemm_kernel", kernel,
       dim3(static_cast<unsigned>(g.row_tiles), static_cast<unsigned>(g.token_tiles), static_cast<unsigned>(g.splits)),
       dim3(L::kThreads), L::kSharedBytes, stream, weight_map, x_map, a.bias, a.out, w.partials, w.counters, a.tokens,
-      a.n, g.k_tiles, g.tiles_per_split);
+      a.n, a.k, g.k_tiles, g.tiles_per_split,
+      NormFoldParams{a.residual, a.norm_weight, a.sum_squares, a.stale_sums, a.stale_sum_count, a.input_sum_squares,
+                     a.eps});
 }
 
 template <int kGroups>
@@ -295,6 +361,12 @@ std::string skinny_gemm_unsupported_because(const SkinnyGemmArgs& a) {
   if (a.n < 8 || a.n % 8 != 0 || a.k < 8 || a.k % 8 != 0)
     return "n and k must be positive multiples of 8 (n " + std::to_string(a.n) + ", k " + std::to_string(a.k) + ")";
   if (a.swiglu && a.bias != nullptr) return "the fused SiLU takes no bias";
+  if (a.residual != nullptr && (a.swiglu || a.bias != nullptr || a.input_sum_squares != nullptr ||
+                                a.norm_weight == nullptr || a.sum_squares == nullptr))
+    return "the residual's call takes a norm weight and sums, and no bias, SiLU or input norm";
+  if (a.residual != nullptr && (!aligned16(a.residual) || !aligned16(a.norm_weight)))
+    return "residual and norm weight must be 16-byte aligned";
+  if (a.stale_sum_count > 0 && a.residual == nullptr) return "stale sums are zeroed by the residual's call only";
   if (a.x == nullptr || a.weight == nullptr || a.out == nullptr || !aligned16(a.x) || !aligned16(a.weight) ||
       !aligned16(a.out))
     return "x, weight and out must be 16-byte aligned device pointers";
@@ -339,7 +411,9 @@ void launch_skinny_gemm(const SkinnyGemmArgs& a, const SkinnyGemmWorkspace& w, c
     throw InvalidInput("skinny_gemm: unsupported configuration: " + why);
   if (!sm90a_code_runs_here())
     throw InvalidInput("skinny_gemm: the current device is not sm_90 (the kernel is sm_90a code)");
-  if (c.tile_rows == 128) return launch_with_tokens<2>(a, w, c, stream);
+  const bool folds = a.residual != nullptr || a.input_sum_squares != nullptr;
+  if (c.tile_rows == 128 && !folds) return launch_with_tokens<2>(a, w, c, stream);
+  if (c.tile_rows == 128) return launch_with_tokens<1>(a, w, {64, c.token_tile, c.splits}, stream);
   launch_with_tokens<1>(a, w, c, stream);
 }
 

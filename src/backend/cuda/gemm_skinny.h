@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/gemv.h"
+
 namespace nanovllm::cuda {
 
 inline constexpr int kSkinnyGemmMaxTokens = 256;
@@ -36,6 +38,17 @@ struct SkinnyGemmArgs {
   // The MLP's gate_up and SiLU in one call: weight holds [gate; up], 2n rows, and out [tokens, n] = silu(x . gate^T) *
   // (x . up^T), the same bits as the plain call followed by silu_and_mul. No bias.
   bool swiglu = false;
+  // A folded RMSNorm, one side a call, as GemvArgs has it (gemv.h): the call before the norm (residual set) adds
+  // each output to residual [tokens, n], stores residual x norm_weight and adds the new residual's squares to
+  // sum_squares [tokens], zeroing stale_sums [stale_sum_count]; the call after it (input_sum_squares set) scales each
+  // product by rsqrt(sum / k + eps) of its token before the bias or SiLU.
+  __nv_bfloat16* residual = nullptr;
+  const __nv_bfloat16* norm_weight = nullptr;
+  GemvNormSum* sum_squares = nullptr;
+  GemvNormSum* stale_sums = nullptr;
+  int stale_sum_count = 0;
+  const GemvNormSum* input_sum_squares = nullptr;
+  float eps = 0.0f;
 };
 
 // Device memory the K-split calls use. partials: fp32 scratch that no kernel running at the same time uses (the
@@ -47,6 +60,19 @@ struct SkinnyGemmWorkspace {
   unsigned* counters = nullptr;
   int counter_count = 0;
 };
+
+// The same call as a GEMV's arguments (bf16 weight and out; the caller checks both).
+inline SkinnyGemmArgs skinny_gemm_args(const GemvArgs& g) {
+  SkinnyGemmArgs a{g.x, g.weight, g.bias, static_cast<__nv_bfloat16*>(g.out), g.tokens, g.n, g.k, g.swiglu};
+  a.residual = g.residual;
+  a.norm_weight = g.norm_weight;
+  a.sum_squares = g.sum_squares;
+  a.stale_sums = g.stale_sums;
+  a.stale_sum_count = g.stale_sum_count;
+  a.input_sum_squares = g.input_sum_squares;
+  a.eps = g.eps;
+  return a;
+}
 
 // Why the kernel cannot take these arguments, or empty: a build with sm_90a code, 1 <= tokens <=
 // kSkinnyGemmMaxTokens, k and n positive multiples of 8, x, weight and out 16-byte aligned, no bias with swiglu.

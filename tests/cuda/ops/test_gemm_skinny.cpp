@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -238,6 +239,157 @@ TEST_F(SkinnyGemmTest, FusedSiluMatchesLinearThenSilu) {
       ASSERT_EQ(read_gpu_bytes(backend), read_gpu_bytes(apart)) << "linear_silu_and_mul I=" << inter << " T=" << t;
     }
   }
+}
+
+// The folded norms (GemvArgs' two sides, gemv.h) against the GEMV's kernel on the same operands at rows both take (5,
+// 24, 32) with every tile shape and split, and at 100 rows against the CPU: the input-scaled products (with and
+// without the fused SiLU), and the residual call's new residual, its residual x weight, its sums of squares and the
+// stale sums it zeroes.
+TEST_F(SkinnyGemmTest, FoldedNormsMatchGemvAndCpu) {
+  const int n = 512, k = 1032;  // a partial last k-tile
+  constexpr size_t kWords = sizeof(cuda::GemvNormSum) / sizeof(int64_t);
+  const auto words = static_cast<int64_t>(kWords);
+  const auto w_values = random_bf16_values(rng_, int64_t{2} * n * k, 0.1f);
+  const Tensor w = gpu_bf16(w_values, {2 * n, k});
+  const auto norm_values = random_bf16_values(rng_, n);
+  const Tensor norm_weight = gpu_bf16(norm_values, {n});
+  const auto sum_of = [&](const std::vector<int64_t>& sums, int r) {
+    const size_t at = static_cast<size_t>(r) * kWords;
+    return static_cast<double>(sums[at]) + std::ldexp(static_cast<double>(sums[at + 16]), -40);
+  };
+  for (const int t : {5, 24, 32, 100}) {
+    const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * k), {t, k});
+    std::vector<int64_t> sum_words(static_cast<size_t>(t) * kWords, 0);
+    for (int r = 0; r < t; ++r) sum_words[static_cast<size_t>(r) * kWords] = 1000 * (r + 1);  // whole parts
+    const Tensor input_sums = gpu_raw(sum_words, DType::I64, {t, words});
+    const auto residual_values = random_bf16_values(rng_, int64_t{t} * n);
+    const bool against_gemv = t <= cuda::kGemvMaxTokens;
+    // Above the GEMV's rows, the CPU's x . W^T in double: gate rows (and the residual call's), up rows.
+    std::vector<double> gate_dots, up_dots;
+    if (!against_gemv) {
+      const auto xs = read_gpu(x);
+      gate_dots.resize(static_cast<size_t>(t) * n), up_dots.resize(static_cast<size_t>(t) * n);
+      for (int r = 0; r < t; ++r) {
+        for (int c = 0; c < n; ++c) {
+          double g = 0, u = 0;
+          for (int i = 0; i < k; ++i) {
+            const double xv = xs[static_cast<size_t>(r) * k + i];
+            g += xv * w_values[static_cast<size_t>(c) * k + i];
+            u += xv * w_values[static_cast<size_t>(c + n) * k + i];
+          }
+          gate_dots[static_cast<size_t>(r) * n + c] = g, up_dots[static_cast<size_t>(r) * n + c] = u;
+        }
+      }
+    }
+    for (cuda::SkinnyGemmConfig config : every_config()) {
+      const std::string where = describe(t, n, k, false, config);
+      // The input-scaled call, plain and with the SiLU, on both kernels (or the skinny GEMM and the CPU).
+      for (const bool swiglu : {false, true}) {
+        std::vector<float> outs[2];
+        for (const bool skinny : {false, true}) {
+          Tensor out = gpu_empty(DType::BF16, {t, n});
+          cuda::GemvArgs a{x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, out.data, DType::BF16, t, n, k};
+          a.swiglu = swiglu;
+          a.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_sums.data), a.eps = 1e-6f;
+          if (!skinny && !against_gemv) continue;
+          if (skinny) {
+            cuda::SkinnyGemmArgs sa = cuda::skinny_gemm_args(a);
+            cuda::SkinnyGemmConfig c = config;
+            if (c.splits == 0) c = cuda::skinny_gemm_config(sa, sm_count());
+            cuda::launch_skinny_gemm(sa, workspace_, c, gpu().stream());
+          } else {
+            cuda::launch_gemv_rounds(a, sm_count(), gpu().stream());
+          }
+          outs[skinny] = read_gpu(out);
+        }
+        if (against_gemv) {
+          expect_rel_l2(outs[1], outs[0], 1e-2, where + (swiglu ? ", scaled SiLU" : ", scaled"));
+          continue;
+        }
+        // The CPU: the gate rows' products (with the SiLU, of the up rows' too), times 1 / rms of the row's sum.
+        std::vector<float> want(static_cast<size_t>(t) * n);
+        for (int r = 0; r < t; ++r) {
+          const float inv = 1.0f / std::sqrt(1000.0f * static_cast<float>(r + 1) / static_cast<float>(k) + 1e-6f);
+          for (int c = 0; c < n; ++c) {
+            const size_t at = static_cast<size_t>(r) * n + c;
+            const float gs = static_cast<float>(gate_dots[at]) * inv, us = static_cast<float>(up_dots[at]) * inv;
+            want[at] = swiglu ? gs / (1.0f + std::exp(-gs)) * us : gs;
+          }
+        }
+        expect_rel_l2(outs[1], want, 1e-2, where + (swiglu ? ", scaled SiLU vs CPU" : ", scaled vs CPU"));
+      }
+      // The residual's call.
+      std::vector<float> residuals[2], halves[2];
+      std::vector<int64_t> sums[2];
+      for (const bool skinny : {false, true}) {
+        if (!skinny && !against_gemv) continue;
+        Tensor residual = gpu_bf16(residual_values, {t, n}), half = gpu_empty(DType::BF16, {t, n});
+        Tensor added = gpu_raw(std::vector<int64_t>(static_cast<size_t>(t) * kWords, 0), DType::I64, {t, words});
+        Tensor stale = gpu_raw(std::vector<int64_t>(3 * kWords, 7), DType::I64, {3, words});
+        cuda::GemvArgs a{x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, half.data, DType::BF16, t, n, k};
+        a.residual = static_cast<__nv_bfloat16*>(residual.data), a.norm_weight = norm_weight.as<__nv_bfloat16>();
+        a.sum_squares = static_cast<cuda::GemvNormSum*>(added.data);
+        a.stale_sums = static_cast<cuda::GemvNormSum*>(stale.data), a.stale_sum_count = 3;
+        if (skinny) {
+          cuda::SkinnyGemmArgs sa = cuda::skinny_gemm_args(a);
+          cuda::SkinnyGemmConfig c = config;
+          if (c.splits == 0) c = cuda::skinny_gemm_config(sa, sm_count());
+          cuda::launch_skinny_gemm(sa, workspace_, c, gpu().stream());
+        } else {
+          cuda::launch_gemv_rounds(a, sm_count(), gpu().stream());
+        }
+        residuals[skinny] = read_gpu(residual), halves[skinny] = read_gpu(half);
+        sums[skinny].resize(static_cast<size_t>(t) * kWords);
+        gpu().download(added.data, sums[skinny].data(), added.bytes());
+        std::vector<int64_t> stale_words(3 * kWords);
+        gpu().download(stale.data, stale_words.data(), stale.bytes());
+        for (int r = 0; r < 3; ++r)
+          ASSERT_TRUE(stale_words[static_cast<size_t>(r) * kWords] == 0 &&
+                      stale_words[static_cast<size_t>(r) * kWords + 16] == 0)
+              << where << ": stale sums not zeroed";
+      }
+      // Whatever the reference, the skinny GEMM's own outputs agree with each other: residual x weight is its new
+      // residual times the norm weight, and the sums are its new residual's squares.
+      for (int r = 0; r < t; ++r) {
+        double squares = 0;
+        for (int c = 0; c < n; ++c) {
+          const float h = residuals[1][static_cast<size_t>(r) * n + c];
+          squares += static_cast<double>(h) * h;
+          const float want_half = bf16_to_float(float_to_bf16(h * bf16_to_float(float_to_bf16(norm_values[c]))));
+          ASSERT_EQ(halves[1][static_cast<size_t>(r) * n + c], want_half) << where << " row " << r << " col " << c;
+        }
+        EXPECT_NEAR(sum_of(sums[1], r), squares, 1e-5 * squares) << where << ": sum of squares of row " << r;
+      }
+      if (against_gemv) {
+        expect_rel_l2(residuals[1], residuals[0], 1e-2, where + ": residual");
+        expect_rel_l2(halves[1], halves[0], 1e-2, where + ": residual x weight");
+      } else {
+        // The CPU's residual + x . W^T.
+        std::vector<float> want(static_cast<size_t>(t) * n);
+        for (size_t i = 0; i < want.size(); ++i) want[i] = residual_values[i] + static_cast<float>(gate_dots[i]);
+        expect_rel_l2(residuals[1], want, 1e-2, where + ": residual vs CPU");
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// NANOVLLM_SKINNY_GEMM caps the rows Gemm routes there; a value that is not a row count is refused by name.
+TEST_F(SkinnyGemmTest, RowCapFromTheEnvironment) {
+  keep_.push_back(gpu().allocate(size_t{32} << 20));
+  const auto* p = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});
+  auto* out = reinterpret_cast<__nv_bfloat16*>(uintptr_t{256});
+  const cuda::SkinnyGemmArgs rows48{p, p, nullptr, out, 48, 1024, 1024};
+  ASSERT_EQ(setenv("NANOVLLM_SKINNY_GEMM", "32", 1), 0);
+  EXPECT_FALSE(cuda::Gemm(keep_.back().data(), keep_.back().bytes()).skinny_takes(rows48));
+  ASSERT_EQ(setenv("NANOVLLM_SKINNY_GEMM", "48", 1), 0);
+  EXPECT_TRUE(cuda::Gemm(keep_.back().data(), keep_.back().bytes()).skinny_takes(rows48));
+  for (const char* bad : {"abc", "-1", "12x"}) {
+    ASSERT_EQ(setenv("NANOVLLM_SKINNY_GEMM", bad, 1), 0);
+    nanovllm::testing::expect_invalid([&] { cuda::Gemm(keep_.back().data(), keep_.back().bytes()); },
+                                      {"NANOVLLM_SKINNY_GEMM", bad});
+  }
+  ASSERT_EQ(unsetenv("NANOVLLM_SKINNY_GEMM"), 0);
 }
 
 TEST(SkinnyGemmRoute, SmallWeightsTakeMoreRows) {
