@@ -656,20 +656,15 @@ cuda::GemvArgs CudaBackend::checked_gemv_args(const char* op, const Tensor& x, c
 void CudaBackend::attach_folded_norm_input(const char* op, const FoldedNormInput& input_norm,
                                            cuda::GemvArgs& gemv) const {
   require_norm_sums(input_norm.sums, gemv.tokens, op, "input_norm.sums");
-  gemv.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_norm.sums.data);
-  gemv.eps = input_norm.eps;
+  gemv.norm.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_norm.sums.data);
+  gemv.norm.eps = input_norm.eps;
 }
 
 void CudaBackend::launch_folded_gemv(const char* op, const cuda::GemvArgs& gemv) {
-  if (!cuda::gemv_supports(gemv)) {
-    const cuda::SkinnyGemmArgs skinny = cuda::skinny_gemm_args(gemv);
-    if (gemv.weight != nullptr && gemv.out_dtype == DType::BF16 && gemm_->skinny_takes(skinny))
-      return cuda::launch_skinny_gemm(skinny, gemm_->skinny_workspace(), props_.multiProcessorCount, stream_);
+  if (!gemm_->run_gemv_or_skinny(gemv, stream_))
     throw EngineError(std::string(op) + ": no folded-norm kernel for T=" + std::to_string(gemv.tokens) +
                       " N=" + std::to_string(gemv.n) + " K=" + std::to_string(gemv.k) + " (see supports_norm_fold)");
-  }
   if (gemv.weight_fp8 != nullptr) last_fp8_linear_path_ = Fp8LinearPath::kGemv;
-  cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
 }
 
 // Decode batches (the GEMV's row counts, and the skinny GEMM's for bf16 weights) only: above
@@ -688,14 +683,8 @@ bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, con
   gemv.n /= 2;
   gemv.swiglu = true;
   if (!input_norm.sums.empty()) attach_folded_norm_input(op, input_norm, gemv);
-  if (!cuda::gemv_supports(gemv)) {
-    const cuda::SkinnyGemmArgs skinny = cuda::skinny_gemm_args(gemv);
-    if (gemv.weight == nullptr || !gemm_->skinny_takes(skinny)) return false;
-    cuda::launch_skinny_gemm(skinny, gemm_->skinny_workspace(), props_.multiProcessorCount, stream_);
-    return true;
-  }
+  if (!gemm_->run_gemv_or_skinny(gemv, stream_)) return false;
   if (gemv.weight_fp8 != nullptr) last_fp8_linear_path_ = Fp8LinearPath::kGemv;
-  cuda::launch_gemv(gemv, props_.multiProcessorCount, stream_);
   return true;
 }
 
@@ -744,11 +733,11 @@ void CudaBackend::linear_add_folded_norm(const Tensor& x, const Tensor& weight, 
     require(stale + stale_sums.bytes() <= added || added + sums.bytes() <= stale, op,
             "stale_sums " + stale_sums.shape_string() + " overlaps sums " + sums.shape_string());
   }
-  gemv.residual = bf16_mut(residual);
-  gemv.norm_weight = bf16(norm_weight);
-  gemv.sum_squares = static_cast<cuda::GemvNormSum*>(sums.data);
-  gemv.stale_sums = static_cast<cuda::GemvNormSum*>(stale_sums.data);
-  gemv.stale_sum_count = static_cast<int>(stale_sums.numel() / words);
+  gemv.norm.residual = bf16_mut(residual);
+  gemv.norm.norm_weight = bf16(norm_weight);
+  gemv.norm.sum_squares = static_cast<cuda::GemvNormSum*>(sums.data);
+  gemv.norm.stale_sums = static_cast<cuda::GemvNormSum*>(stale_sums.data);
+  gemv.norm.stale_sum_count = static_cast<int>(stale_sums.numel() / words);
   launch_folded_gemv(op, gemv);
 }
 

@@ -95,34 +95,41 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::heuristic(const Plan& plan, const ShapeK
 
 void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
                DType out_dtype, int m, int n, int k, cudaStream_t stream) {
-  const GemvArgs gemv{x, weight, bias, out, out_dtype, m, n, k};
-  if (gemv_supports(gemv) && !measured_cublas_faster(m, n, k, out_dtype, bias != nullptr))
-    return launch_gemv(gemv, sm_count_, stream);
-  const SkinnyGemmArgs skinny{x, weight, bias, static_cast<__nv_bfloat16*>(out), m, n, k};
-  if (out_dtype == DType::BF16 && skinny_takes(skinny))
-    return launch_skinny_gemm(skinny, skinny_workspace(), sm_count_, stream);
+  if (!measured_cublas_faster(m, n, k, out_dtype, bias != nullptr) &&
+      run_gemv_or_skinny(GemvArgs{x, weight, bias, out, out_dtype, m, n, k}, stream))
+    return;
   run_cublaslt(x, weight, bias, out, out_dtype, m, n, k, stream);
+}
+
+bool Gemm::run_gemv_or_skinny(const GemvArgs& args, cudaStream_t stream) {
+  if (gemv_supports(args)) {
+    launch_gemv(args, sm_count_, stream);
+    return true;
+  }
+  if (args.weight == nullptr || args.out_dtype != DType::BF16) return false;  // FP8 codes, fp32 out
+  const SkinnyGemmArgs skinny = skinny_gemm_args(args);
+  if (!skinny_takes(skinny)) return false;
+  launch_skinny_gemm(skinny, skinny_workspace(), sm_count_, stream);
+  return true;
 }
 
 SkinnyGemmWorkspace Gemm::skinny_workspace() const {
   return {static_cast<float*>(workspace_), workspace_bytes_ / sizeof(float), skinny_counters_.get(), kSkinnyCounters};
 }
 
-int Gemm::skinny_max_tokens(int64_t weight_elements) const {
-  if (!sm90a_code_built() || !sm90a_code_runs_here()) return 0;
+int Gemm::skinny_routed_rows(int64_t weight_elements) const {
   return std::min(skinny_max_rows_, skinny_gemm_route_max_tokens(weight_elements));
 }
 
-bool Gemm::skinny_takes(const SkinnyGemmArgs& args) const {
-  const int64_t weight_elements = int64_t{args.n} * (args.swiglu ? 2 : 1) * args.k;
-  return args.tokens > kGemvMaxTokensAnyWeight &&
-         args.tokens <= std::min(skinny_max_rows_, skinny_gemm_route_max_tokens(weight_elements)) &&
-         skinny_gemm_unsupported_because(args).empty() && sm90a_code_runs_here();
+int Gemm::skinny_max_tokens(int64_t weight_elements) const {
+  return sm90a_code_runs_here() ? skinny_routed_rows(weight_elements) : 0;
 }
 
-void Gemm::run_skinny(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias,
-                      __nv_bfloat16* out, int m, int n, int k, cudaStream_t stream) {
-  launch_skinny_gemm(SkinnyGemmArgs{x, weight, bias, out, m, n, k}, skinny_workspace(), sm_count_, stream);
+bool Gemm::skinny_takes(const SkinnyGemmArgs& args) const {
+  // The row checks before the device's: they refuse prefill calls without asking the driver.
+  return args.tokens > kGemvMaxTokensAnyWeight &&
+         args.tokens <= skinny_routed_rows(int64_t{skinny_gemm_weight_rows(args)} * args.k) &&
+         skinny_gemm_unsupported_because(args).empty() && sm90a_code_runs_here();
 }
 
 bool Gemm::measured_cublas_faster(int m, int n, int k, DType out_dtype, bool bias) const {

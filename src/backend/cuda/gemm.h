@@ -21,6 +21,7 @@
 
 #include "backend/cuda/cublaslt_plan.h"
 #include "backend/cuda/gemm_skinny.h"
+#include "backend/cuda/gemv.h"
 #include "common/dtype.h"
 
 namespace nanovllm::cuda {
@@ -52,9 +53,9 @@ class Gemm {
   void run_cublaslt(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out,
                     DType out_dtype, int m, int n, int k, cudaStream_t stream);
 
-  // Always the skinny GEMM (gemm_skinny.h) with this object's workspace; throws where it cannot take the call.
-  void run_skinny(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, __nv_bfloat16* out,
-                  int m, int n, int k, cudaStream_t stream);
+  // A decode-sized call (its fused SiLU and folded norms included) on the GEMV where it takes the arguments, else on
+  // the skinny GEMM where skinny_takes() them; false, with nothing enqueued, where neither does.
+  bool run_gemv_or_skinny(const GemvArgs& args, cudaStream_t stream);
   // Whether run() sends this bf16-out call to the skinny GEMM when the GEMV does not take it: 17 to
   // skinny_gemm_route_max_tokens rows (and no more than NANOVLLM_SKINNY_GEMM's), on sm_90.
   bool skinny_takes(const SkinnyGemmArgs& args) const;
@@ -86,6 +87,8 @@ class Gemm {
   Plan& plan_for(const ShapeKey& key);
   // Up to max_count algorithms for the plan's shape, the heuristic's order; throws when there is none.
   std::vector<cublasLtMatmulAlgo_t> heuristic(const Plan& plan, const ShapeKey& key, int max_count);
+  // The rows routed to the skinny GEMM for a weight of this many elements, whatever the device.
+  int skinny_routed_rows(int64_t weight_elements) const;
   cublasLtMatmulAlgo_t choose_algo(const Plan& plan_of_bucket, const ShapeKey& bucket) {
     return heuristic(plan_of_bucket, bucket, 1).front();
   }

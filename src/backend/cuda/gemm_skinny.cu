@@ -27,7 +27,6 @@ namespace {
 
 using namespace attention_detail;  // NOLINT(google-build-using-namespace): the wgmma and mbarrier wrappers
 using gemv_detail::NormFold;
-using gemv_detail::NormFoldParams;
 
 constexpr int kTileK = kPanelValues;  // one 128-byte swizzled panel a k-tile
 constexpr int kGroupRows = 64;        // weight rows a computing warpgroup owns: the wgmma's M
@@ -285,7 +284,7 @@ struct Grid {
 
 Grid grid_for(const SkinnyGemmArgs& a, const SkinnyGemmWorkspace& w, const SkinnyGemmConfig& c) {
   Grid g{};
-  g.row_tiles = tiles_of(a.n, a.swiglu ? c.tile_rows / 2 : c.tile_rows);
+  g.row_tiles = tiles_of(skinny_gemm_weight_rows(a), c.tile_rows);
   g.token_tiles = tiles_of(a.tokens, c.token_tile);
   g.k_tiles = tiles_of(a.k, kTileK);
   int splits = std::clamp(c.splits, 1, g.k_tiles);
@@ -302,9 +301,7 @@ Grid grid_for(const SkinnyGemmArgs& a, const SkinnyGemmWorkspace& w, const Skinn
 // The kernel for these arguments' SiLU and folded norm (only 64-row tiles fold a norm).
 template <int kTokens, int kGroups>
 auto kernel_for(const SkinnyGemmArgs& a) {
-  const NormFold fold = a.residual != nullptr            ? NormFold::kAddResidual
-                        : a.input_sum_squares != nullptr ? NormFold::kScaleByInputRms
-                                                         : NormFold::kNone;
+  const NormFold fold = gemv_detail::norm_fold_of(a.norm);
   if constexpr (kGroups == 1) {
     if (fold == NormFold::kAddResidual) return skinny_gemm_kernel<kTokens, 1, false, NormFold::kAddResidual>;
     if (fold == NormFold::kScaleByInputRms) {
@@ -321,16 +318,15 @@ void launch(const SkinnyGemmArgs& a, const SkinnyGemmWorkspace& w, const Grid& g
   using L = Layout<kTokens, kGroups>;
   auto kernel = kernel_for<kTokens, kGroups>(a);
   allow_dynamic_smem(kernel, L::kSharedBytes, "skinny_gemm");
-  const CUtensorMap weight_map = a.swiglu ? matrix_tensor_map(a.weight, 2 * int64_t{a.n}, a.k, L::kRows / 2)
-                                          : matrix_tensor_map(a.weight, a.n, a.k, L::kRows);
+  // With the fused SiLU a tile is two boxes of half its rows (gate and up).
+  const CUtensorMap weight_map =
+      matrix_tensor_map(a.weight, skinny_gemm_weight_rows(a), a.k, a.swiglu ? L::kRows / 2 : L::kRows);
   const CUtensorMap x_map = matrix_tensor_map(a.x, a.tokens, a.k, kTokens);
   launch_programmatic(
       "skinny_gemm_kernel", kernel,
       dim3(static_cast<unsigned>(g.row_tiles), static_cast<unsigned>(g.token_tiles), static_cast<unsigned>(g.splits)),
       dim3(L::kThreads), L::kSharedBytes, stream, weight_map, x_map, a.bias, a.out, w.partials, w.counters, a.tokens,
-      a.n, a.k, g.k_tiles, g.tiles_per_split,
-      NormFoldParams{a.residual, a.norm_weight, a.sum_squares, a.stale_sums, a.stale_sum_count, a.input_sum_squares,
-                     a.eps});
+      a.n, a.k, g.k_tiles, g.tiles_per_split, a.norm);
 }
 
 template <int kGroups>
@@ -361,12 +357,13 @@ std::string skinny_gemm_unsupported_because(const SkinnyGemmArgs& a) {
   if (a.n < 8 || a.n % 8 != 0 || a.k < 8 || a.k % 8 != 0)
     return "n and k must be positive multiples of 8 (n " + std::to_string(a.n) + ", k " + std::to_string(a.k) + ")";
   if (a.swiglu && a.bias != nullptr) return "the fused SiLU takes no bias";
-  if (a.residual != nullptr && (a.swiglu || a.bias != nullptr || a.input_sum_squares != nullptr ||
-                                a.norm_weight == nullptr || a.sum_squares == nullptr))
+  const NormFoldParams& f = a.norm;
+  if (f.residual != nullptr && (a.swiglu || a.bias != nullptr || f.input_sum_squares != nullptr ||
+                                f.norm_weight == nullptr || f.sum_squares == nullptr))
     return "the residual's call takes a norm weight and sums, and no bias, SiLU or input norm";
-  if (a.residual != nullptr && (!aligned16(a.residual) || !aligned16(a.norm_weight)))
+  if (f.residual != nullptr && (!aligned16(f.residual) || !aligned16(f.norm_weight)))
     return "residual and norm weight must be 16-byte aligned";
-  if (a.stale_sum_count > 0 && a.residual == nullptr) return "stale sums are zeroed by the residual's call only";
+  if (f.stale_sum_count > 0 && f.residual == nullptr) return "stale sums are zeroed by the residual's call only";
   if (a.x == nullptr || a.weight == nullptr || a.out == nullptr || !aligned16(a.x) || !aligned16(a.weight) ||
       !aligned16(a.out))
     return "x, weight and out must be 16-byte aligned device pointers";
@@ -380,7 +377,7 @@ SkinnyGemmConfig skinny_gemm_config(const SkinnyGemmArgs& a, int sm_count) {
   // where 64-row ones would take more than a wave. K is split only while the grid stays one wave and each split
   // keeps at least 10 k-tiles (a split costs ~1 us of partial stores, counting and reloading), at most 3 ways.
   const int sms = std::max(sm_count, 1);
-  const int row_tiles = tiles_of(a.swiglu ? 2 * a.n : a.n, 64);
+  const int row_tiles = tiles_of(skinny_gemm_weight_rows(a), 64);
   SkinnyGemmConfig c{64, 128, 1};
   if (a.tokens <= 32 || row_tiles * tiles_of(a.tokens, 32) <= sms / 2) {
     c.token_tile = 32;
@@ -389,7 +386,7 @@ SkinnyGemmConfig skinny_gemm_config(const SkinnyGemmArgs& a, int sm_count) {
   } else if (row_tiles * tiles_of(a.tokens, 128) > sms) {
     c.tile_rows = 128;
   }
-  const int ctas = tiles_of(a.swiglu ? 2 * a.n : a.n, c.tile_rows) * tiles_of(a.tokens, c.token_tile);
+  const int ctas = tiles_of(skinny_gemm_weight_rows(a), c.tile_rows) * tiles_of(a.tokens, c.token_tile);
   c.splits = std::clamp(std::min(sms / ctas, tiles_of(a.k, kTileK) / 10), 1, 3);
   return c;
 }
@@ -411,7 +408,7 @@ void launch_skinny_gemm(const SkinnyGemmArgs& a, const SkinnyGemmWorkspace& w, c
     throw InvalidInput("skinny_gemm: unsupported configuration: " + why);
   if (!sm90a_code_runs_here())
     throw InvalidInput("skinny_gemm: the current device is not sm_90 (the kernel is sm_90a code)");
-  const bool folds = a.residual != nullptr || a.input_sum_squares != nullptr;
+  const bool folds = gemv_detail::norm_fold_of(a.norm) != NormFold::kNone;
   if (c.tile_rows == 128 && !folds) return launch_with_tokens<2>(a, w, c, stream);
   if (c.tile_rows == 128) return launch_with_tokens<1>(a, w, {64, c.token_tile, c.splits}, stream);
   launch_with_tokens<1>(a, w, c, stream);

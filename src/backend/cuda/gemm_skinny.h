@@ -38,18 +38,12 @@ struct SkinnyGemmArgs {
   // The MLP's gate_up and SiLU in one call: weight holds [gate; up], 2n rows, and out [tokens, n] = silu(x . gate^T) *
   // (x . up^T), the same bits as the plain call followed by silu_and_mul. No bias.
   bool swiglu = false;
-  // A folded RMSNorm, one side a call, as GemvArgs has it (gemv.h): the call before the norm (residual set) adds
-  // each output to residual [tokens, n], stores residual x norm_weight and adds the new residual's squares to
-  // sum_squares [tokens], zeroing stale_sums [stale_sum_count]; the call after it (input_sum_squares set) scales each
-  // product by rsqrt(sum / k + eps) of its token before the bias or SiLU.
-  __nv_bfloat16* residual = nullptr;
-  const __nv_bfloat16* norm_weight = nullptr;
-  GemvNormSum* sum_squares = nullptr;
-  GemvNormSum* stale_sums = nullptr;
-  int stale_sum_count = 0;
-  const GemvNormSum* input_sum_squares = nullptr;
-  float eps = 0.0f;
+  // A folded RMSNorm, one side a call, as the GEMV takes it (NormFoldParams, gemv.h). Only 64-row tiles fold.
+  NormFoldParams norm{};
 };
+
+// The rows of its weight: n, or 2n with the fused SiLU.
+inline int skinny_gemm_weight_rows(const SkinnyGemmArgs& a) { return a.swiglu ? 2 * a.n : a.n; }
 
 // Device memory the K-split calls use. partials: fp32 scratch that no kernel running at the same time uses (the
 // GEMM's cuBLASLt workspace does: calls of one stream run one after another); counters: one arrival count a
@@ -63,15 +57,7 @@ struct SkinnyGemmWorkspace {
 
 // The same call as a GEMV's arguments (bf16 weight and out; the caller checks both).
 inline SkinnyGemmArgs skinny_gemm_args(const GemvArgs& g) {
-  SkinnyGemmArgs a{g.x, g.weight, g.bias, static_cast<__nv_bfloat16*>(g.out), g.tokens, g.n, g.k, g.swiglu};
-  a.residual = g.residual;
-  a.norm_weight = g.norm_weight;
-  a.sum_squares = g.sum_squares;
-  a.stale_sums = g.stale_sums;
-  a.stale_sum_count = g.stale_sum_count;
-  a.input_sum_squares = g.input_sum_squares;
-  a.eps = g.eps;
-  return a;
+  return {g.x, g.weight, g.bias, static_cast<__nv_bfloat16*>(g.out), g.tokens, g.n, g.k, g.swiglu, g.norm};
 }
 
 // Why the kernel cannot take these arguments, or empty: a build with sm_90a code, 1 <= tokens <=

@@ -28,7 +28,6 @@ using gemv_detail::mma_bf16_m16n8k16;
 using gemv_detail::norm_fold_of;
 using gemv_detail::norm_sum_value;
 using gemv_detail::NormFold;
-using gemv_detail::NormFoldParams;
 using gemv_detail::round_to_bf16;
 using gemv_detail::store_output;
 
@@ -456,10 +455,8 @@ void launch(const GemvArgs& a, int token_slices, int sm_count, cudaStream_t stre
       if (fp8 && !integer_codes) kernel = gemv_kernel<kTokenGroups, kRowGroups, OutT, true, false, false, kNorm>;
     }
   }
-  const NormFoldParams norm{a.residual,        a.norm_weight,       a.sum_squares, a.stale_sums,
-                            a.stale_sum_count, a.input_sum_squares, a.eps};
   launch_programmatic("gemv_kernel", kernel, grid, block, 0, stream, a.x, weight, a.block_scale, a.bias,
-                      static_cast<OutT*>(a.out), a.tokens, a.n, a.k, norm);
+                      static_cast<OutT*>(a.out), a.tokens, a.n, a.k, a.norm);
 }
 
 template <int kTokenGroups, typename OutT, bool kSwiglu, NormFold kNorm>
@@ -518,18 +515,19 @@ bool gemv_supports(const GemvArgs& a) {
   // apart from the sums it adds to.
   const NormFold fold = norm_fold_of(a);
   const auto stale_apart = [&] {
-    const GemvNormSum *sums = a.sum_squares, *stale = a.stale_sums;
-    return a.stale_sum_count == 0 ||
-           (stale != nullptr && (stale + a.stale_sum_count <= sums || sums + a.tokens <= stale));
+    const GemvNormSum *sums = a.norm.sum_squares, *stale = a.norm.stale_sums;
+    return a.norm.stale_sum_count == 0 ||
+           (stale != nullptr && (stale + a.norm.stale_sum_count <= sums || sums + a.tokens <= stale));
   };
-  const bool norm_ok = fold == NormFold::kNone ||
-                       (a.out_dtype == DType::BF16 &&
-                        (fold == NormFold::kAddResidual
-                             ? a.input_sum_squares == nullptr && !a.swiglu && a.bias == nullptr && a.n % 8 == 0 &&
-                                   a.n <= kGemvMaxNormWidth && aligned16(a.residual) && aligned16(a.norm_weight) &&
-                                   a.sum_squares != nullptr && norm_sums_aligned(a.sum_squares) &&
-                                   norm_sums_aligned(a.stale_sums) && a.stale_sum_count >= 0 && stale_apart()
-                             : norm_sums_aligned(a.input_sum_squares)));
+  const bool norm_ok =
+      fold == NormFold::kNone ||
+      (a.out_dtype == DType::BF16 &&
+       (fold == NormFold::kAddResidual
+            ? a.norm.input_sum_squares == nullptr && !a.swiglu && a.bias == nullptr && a.n % 8 == 0 &&
+                  a.n <= kGemvMaxNormWidth && aligned16(a.norm.residual) && aligned16(a.norm.norm_weight) &&
+                  a.norm.sum_squares != nullptr && norm_sums_aligned(a.norm.sum_squares) &&
+                  norm_sums_aligned(a.norm.stale_sums) && a.norm.stale_sum_count >= 0 && stale_apart()
+            : norm_sums_aligned(a.norm.input_sum_squares)));
   return a.tokens >= 1 && a.tokens <= max_tokens_of(a) && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.x != nullptr &&
          weight_ok && a.out != nullptr && aligned16(a.x) && (a.out_dtype == DType::BF16 || a.out_dtype == DType::F32) &&
          swiglu_ok && norm_ok;

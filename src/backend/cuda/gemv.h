@@ -39,6 +39,26 @@ struct alignas(128) GemvNormSum {
 // The widest norm the call before it takes: 2048 pieces of at most 2^52 keep `whole` under 2^63.
 inline constexpr int kGemvMaxNormWidth = 16384;
 
+// An RMSNorm folded into the linears around it (docs/kernels/gemv.md), one side a call (GemvArgs, and the skinny
+// GEMM's arguments):
+// - The call before the norm (residual set): each output is added to residual [tokens, n], rounded to bf16 as
+//   add_rms_norm rounds it; out = bf16(residual * norm_weight [n]); and the new residual's sum of squares is added
+//   to sum_squares [tokens] (fixed point, GemvNormSum), which must be zero when the call starts. The call also
+//   zeroes stale_sums [stale_sum_count], the sums of an earlier norm whose readers have all run (it writes them
+//   after the previous kernel has completed). BF16 out, no bias, no swiglu, n % 8 == 0, n <= kGemvMaxNormWidth.
+// - The call after it (input_sum_squares set): x is such an out and input_sum_squares [tokens] that call's sums;
+//   each product is multiplied by 1 / rms = rsqrt(sum / k + eps) before the bias (or the SiLU) is applied. BF16
+//   out. Every GemvNormSum pointer is at the type's alignment.
+struct NormFoldParams {
+  __nv_bfloat16* residual = nullptr;
+  const __nv_bfloat16* norm_weight = nullptr;
+  GemvNormSum* sum_squares = nullptr;
+  GemvNormSum* stale_sums = nullptr;
+  int stale_sum_count = 0;
+  const GemvNormSum* input_sum_squares = nullptr;
+  float eps = 0.0f;
+};
+
 struct GemvArgs {
   const __nv_bfloat16* x = nullptr;       // [tokens, k], 16-byte aligned
   const __nv_bfloat16* weight = nullptr;  // [n, k], 16-byte aligned (or null: weight_fp8)
@@ -56,22 +76,8 @@ struct GemvArgs {
   // = silu(x . gate^T) * (x . up^T), the same bits as the plain call followed by silu_and_mul. Needs n % 16 == 0,
   // no bias, BF16 out, and FP8 codes of under 32 M elements (2n x k).
   bool swiglu = false;
-  // An RMSNorm folded into the calls around it (docs/kernels/gemv.md), one side per call:
-  // - The call before the norm (residual set): each output is added to residual [tokens, n], rounded to bf16 as
-  //   add_rms_norm rounds it; out = bf16(residual * norm_weight [n]); and the new residual's sum of squares is added
-  //   to sum_squares [tokens] (fixed point, GemvNormSum), which must be zero when the call starts. The call also
-  //   zeroes stale_sums [stale_sum_count], the sums of an earlier norm whose readers have all run (it writes them
-  //   after the previous kernel has completed). BF16 out, no bias, no swiglu, n % 8 == 0, n <= kGemvMaxNormWidth.
-  // - The call after it (input_sum_squares set): x is such an out and input_sum_squares [tokens] that call's sums;
-  //   each product is multiplied by 1 / rms = rsqrt(sum / k + eps) before the bias (or the SiLU) is applied. BF16
-  //   out. Every GemvNormSum pointer is at the type's alignment.
-  __nv_bfloat16* residual = nullptr;
-  const __nv_bfloat16* norm_weight = nullptr;
-  GemvNormSum* sum_squares = nullptr;
-  GemvNormSum* stale_sums = nullptr;
-  int stale_sum_count = 0;
-  const GemvNormSum* input_sum_squares = nullptr;
-  float eps = 0.0f;
+  // An RMSNorm folded into the calls around it (NormFoldParams above), one side per call.
+  NormFoldParams norm{};
 };
 
 // The most rows the GEMV takes for a weight of weight_elements elements (the fused SiLU's 2n x k), bf16 or FP8 codes:

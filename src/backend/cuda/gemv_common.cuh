@@ -37,17 +37,6 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&c)[4], uint32_t a0, ui
 // Which side of a folded RMSNorm a call is (GemvArgs): neither, the call after it, or the call before it.
 enum class NormFold { kNone, kScaleByInputRms, kAddResidual };
 
-// GemvArgs' fields for a folded norm, as the kernel takes them.
-struct NormFoldParams {
-  __nv_bfloat16* residual;
-  const __nv_bfloat16* norm_weight;
-  GemvNormSum* sum_squares;
-  GemvNormSum* stale_sums;
-  int stale_sum_count;
-  const GemvNormSum* input_sum_squares;
-  float eps;
-};
-
 // GemvNormSum's range and flag.
 constexpr float kNormSumFractionUnits = 0x1p40f;  // fraction units a whole unit
 constexpr float kNormSumMaxPiece = 0x1p52f;
@@ -104,10 +93,11 @@ __device__ __forceinline__ void finish_residual_output(bool stored, float sum, c
   if ((lane & 13) == 0 && token < tokens) add_norm_sum_piece(norm.sum_squares + token, square);
 }
 
-inline NormFold norm_fold_of(const GemvArgs& a) {
-  return a.residual != nullptr            ? NormFold::kAddResidual
-         : a.input_sum_squares != nullptr ? NormFold::kScaleByInputRms
-                                          : NormFold::kNone;
+inline NormFold norm_fold_of(const NormFoldParams& norm) {
+  return norm.residual != nullptr            ? NormFold::kAddResidual
+         : norm.input_sum_squares != nullptr ? NormFold::kScaleByInputRms
+                                             : NormFold::kNone;
 }
+inline NormFold norm_fold_of(const GemvArgs& a) { return norm_fold_of(a.norm); }
 
 }  // namespace nanovllm::cuda::gemv_detail

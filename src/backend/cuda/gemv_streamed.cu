@@ -67,7 +67,7 @@ template <int kTokenGroups, typename OutT, bool kSwiglu, NormFold kNorm>
 __global__ void __launch_bounds__(kThreads, 1)
     gemv_streamed_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ weight,
                          const __nv_bfloat16* __restrict__ bias, OutT* __restrict__ out, int tokens, int n, int k,
-                         gemv_detail::NormFoldParams norm) {
+                         NormFoldParams norm) {
 #ifdef NANOVLLM_WGMMA
   using attention_detail::bulk_copy_to_shared;
   using attention_detail::mbarrier_arrive;
@@ -239,10 +239,8 @@ void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   const int ctas = std::clamp(out_groups, 1, std::max(sm_count, 1));
   auto kernel = gemv_streamed_kernel<kTokenGroups, OutT, kSwiglu, kNorm>;
   attention_detail::allow_dynamic_smem(kernel, kSharedBytes, "gemv_streamed");
-  const gemv_detail::NormFoldParams norm{a.residual,        a.norm_weight,       a.sum_squares, a.stale_sums,
-                                         a.stale_sum_count, a.input_sum_squares, a.eps};
   launch_programmatic("gemv_streamed_kernel", kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), kSharedBytes,
-                      stream, a.x, a.weight, a.bias, static_cast<OutT*>(a.out), a.tokens, a.n, a.k, norm);
+                      stream, a.x, a.weight, a.bias, static_cast<OutT*>(a.out), a.tokens, a.n, a.k, a.norm);
 }
 
 template <typename OutT, bool kSwiglu = false, NormFold kNorm = NormFold::kNone>

@@ -67,14 +67,14 @@ bool step_call(const Shape& s, cuda::GemvArgs& a, bool fold, cuda::GemvNormSum* 
   }
   if (!fold) return cuda::gemv_supports(a);
   if (name == "qkv" || name == "gate_up") {
-    a.input_sum_squares = sums;
-    a.eps = 1e-6f;
+    a.norm.input_sum_squares = sums;
+    a.norm.eps = 1e-6f;
   } else if (name == "o_proj" || name == "down") {
-    a.residual = residual;
-    a.norm_weight = norm_weight;
-    a.sum_squares = sums;
-    a.stale_sums = sums + cuda::kGemvMaxTokens;  // as the step: another norm's sums zeroed
-    a.stale_sum_count = cuda::kGemvMaxTokens;
+    a.norm.residual = residual;
+    a.norm.norm_weight = norm_weight;
+    a.norm.sum_squares = sums;
+    a.norm.stale_sums = sums + cuda::kGemvMaxTokens;  // as the step: another norm's sums zeroed
+    a.norm.stale_sum_count = cuda::kGemvMaxTokens;
   } else {
     return false;
   }
@@ -127,22 +127,27 @@ void print_fold_timings(CudaBackend& gpu, const Shape& s, int t, const cuda::Gem
   }
 }
 
+// Copies of a shape's bf16 weight, enough of them to exceed L2 when the calls rotate over them.
+std::vector<const __nv_bfloat16*> rotated_weights(const Shape& s, const std::function<__nv_bfloat16*(int64_t)>& fill) {
+  const double w_bytes = 2.0 * s.n * s.k;
+  const int copies = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>((160ll << 20) / w_bytes) + 1));
+  std::vector<const __nv_bfloat16*> weights;
+  for (int i = 0; i < copies; ++i) weights.push_back(fill(int64_t{s.n} * s.k));
+  return weights;
+}
+
 // The skinny GEMM against cuBLASLt, bf16 projections (not the lm_head) at 17 to 256 rows: the configuration
 // launch_skinny_gemm chooses, and with `sweep` the fastest of every tile shape and split (each printed with `all`).
-void run_skinny(CudaBackend& gpu, cuda::Gemm& gemm, const std::vector<Shape>& shapes, double read_gbs,
+void run_skinny(CudaBackend& gpu, cuda::Gemm& gemm, const std::vector<Shape>& shapes, double read_gbs, int sms,
                 const std::function<__nv_bfloat16*(int64_t)>& fill, std::vector<Buffer>& keep, bool sweep, bool all) {
   std::printf("%-8s %4s  %10s %10s %9s  %10s %9s  %8s  %s\n", "op", "T", "floor us", "skinny us", "GB/s", "cublas us",
               "GB/s", "speedup", "rows x tokens / splits (best of sweep)");
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const cuda::SkinnyGemmWorkspace workspace = gemm.skinny_workspace();
   for (const Shape& s : shapes) {
     if (s.out != DType::BF16) continue;
     const double w_bytes = 2.0 * s.n * s.k;
-    const int copies = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>((160ll << 20) / w_bytes) + 1));
-    std::vector<const __nv_bfloat16*> weights;
-    for (int i = 0; i < copies; ++i) weights.push_back(fill(int64_t{s.n} * s.k));
+    const std::vector<const __nv_bfloat16*> weights = rotated_weights(s, fill);
+    const int copies = static_cast<int>(weights.size());
     for (int t : {17, 32, 48, 64, 96, 128, 192, 256}) {
       const __nv_bfloat16* x = fill(int64_t{t} * s.k);
       keep.push_back(gpu.allocate(static_cast<size_t>(t) * s.n * 2));
@@ -227,14 +232,13 @@ void run(const std::vector<Shape>& shapes, bool fp8, bool fold, bool streamed, b
   // its weights while the previous one finishes: an upper bound on what the decode step, where the previous
   // kernel is a norm or attention, gets from it.
   std::printf("programmatic dependent launch: %s\n", cuda::programmatic_launch_enabled() ? "on" : "off");
-  if (skinny) return run_skinny(gpu, gemm, shapes, read_gbs, fill, keep, sweep, all);
+  if (skinny) return run_skinny(gpu, gemm, shapes, read_gbs, sms, fill, keep, sweep, all);
   std::printf("%-8s %4s  %10s %10s %9s  %10s %9s  %8s\n", "op", "T", "floor us", "gemv us", "GB/s", "cublas us", "GB/s",
               "speedup");
   for (const Shape& s : shapes) {
     const double w_bytes = 2.0 * s.n * s.k;
-    const int copies = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>((160ll << 20) / w_bytes) + 1));
-    std::vector<const __nv_bfloat16*> weights;
-    for (int i = 0; i < copies; ++i) weights.push_back(fill(int64_t{s.n} * s.k));
+    const std::vector<const __nv_bfloat16*> weights = rotated_weights(s, fill);
+    const int copies = static_cast<int>(weights.size());
     const int fp8_copies = fp8 ? std::max(1, copies / 2) * 2 : 0;  // as many bytes as the bf16 copies
     std::vector<std::pair<const uint8_t*, const float*>> fp8_weights;
     for (int i = 0; i < fp8_copies; ++i) fp8_weights.push_back(fill_fp8(s.n, s.k));

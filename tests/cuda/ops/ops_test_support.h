@@ -12,10 +12,12 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemv.h"
 #include "common/half_float.h"
 
 namespace nanovllm::test {
@@ -173,32 +175,48 @@ class CudaOpsTest : public ::testing::Test {
     return std::vector<float>(t.as<float>(), t.as<float>() + t.numel());
   }
 
-  // A chain of two linears, y = x W1^T and z = y W2^T: random bf16 x [t, k1], W1 [n1, k1] and W2 [n2, n1], as host
-  // values and on the GPU (the tests of kernels that start before the previous one has finished).
-  struct LinearChain {
-    std::vector<float> x, w1, w2;
-    Tensor gpu_x, gpu_w1, gpu_w2;
-  };
-  LinearChain random_linear_chain(int t, int k1, int n1, int n2) {
-    LinearChain c;
-    c.x = random_bf16_values(rng_, int64_t{t} * k1);
-    c.w1 = random_bf16_values(rng_, int64_t{n1} * k1, 0.1f);
-    c.w2 = random_bf16_values(rng_, int64_t{n2} * n1, 0.1f);
-    c.gpu_x = gpu_bf16(c.x, {t, k1});
-    c.gpu_w1 = gpu_bf16(c.w1, {n1, k1});
-    c.gpu_w2 = gpu_bf16(c.w2, {n2, n1});
-    return c;
+  // Linears on one random bf16 weight [n, k] and bias [n]: for each token count t that take(t) admits, with and
+  // without bias, body(t, bias, x, weight, bias or null, reference) with the CPU's fp32 x W^T (+ bias) as reference.
+  // The operands are device bf16 pointers; body returns false to stop (a failure).
+  template <class Take, class Body>
+  void for_each_random_linear(int n, int k, const std::vector<int>& token_counts, Take take, Body body) {
+    const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
+    const auto b = random_bf16_values(rng_, n);
+    const Tensor gpu_w = gpu_bf16(w, {n, k}), gpu_b = gpu_bf16(b, {n});
+    const Tensor cpu_w = cpu_f32(w, {n, k}), cpu_b = cpu_f32(b, {n});
+    for (int t : token_counts) {
+      if (!take(t)) continue;
+      const auto x = random_bf16_values(rng_, int64_t{t} * k);
+      const Tensor gpu_x = gpu_bf16(x, {t, k});
+      for (bool bias : {false, true}) {
+        Tensor want = cpu_empty(DType::F32, {t, n});
+        cpu_->linear(cpu_f32(x, {t, k}), cpu_w, bias ? cpu_b : Tensor(), want);
+        if (!body(t, bias, gpu_x.as<__nv_bfloat16>(), gpu_w.as<__nv_bfloat16>(),
+                  bias ? gpu_b.as<__nv_bfloat16>() : nullptr, read_cpu(want)))
+          return;
+      }
+    }
   }
 
-  // Runs chain() (y from x, then z from y) eagerly, then as a CUDA graph replayed 20 times with y and z poisoned
-  // before each replay (reading y before its kernel has finished gives NaN or stale values); check(z, reference,
-  // what) judges each run against the CPU's fp32 y W2^T from the eager y.
-  template <class Chain, class Check>
-  void expect_chain_replays(const LinearChain& c, const Tensor& y, const Tensor& z, Chain chain, Check check) {
-    const int64_t t = y.shape[0], n1 = y.shape[1], n2 = z.shape[1];
+  // A chain of two linears on the kernel under test, y = x W1^T and z = y W2^T (random bf16 x [t, k1], W1 [n1, k1],
+  // W2 [n2, n1]; y bf16, z of z_dtype): link(in, weight, out, n, k) enqueues one of them. Runs the chain eagerly,
+  // then as a CUDA graph replayed 20 times with y and z poisoned before each replay (reading y before its kernel has
+  // finished gives NaN or stale values); check(z, reference, what) judges each run against the CPU's fp32 y W2^T
+  // from the eager y.
+  template <class Link, class Check>
+  void expect_chain_replays(int t, int k1, int n1, int n2, DType z_dtype, Link link, Check check) {
+    const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * k1), {t, k1});
+    const Tensor w1 = gpu_bf16(random_bf16_values(rng_, int64_t{n1} * k1, 0.1f), {n1, k1});
+    const std::vector<float> w2_values = random_bf16_values(rng_, int64_t{n2} * n1, 0.1f);
+    const Tensor w2 = gpu_bf16(w2_values, {n2, n1});
+    Tensor y = gpu_empty(DType::BF16, {t, n1}), z = gpu_empty(z_dtype, {t, n2});
+    const auto chain = [&] {
+      link(x, w1, y, n1, k1);
+      link(y, w2, z, n2, n1);
+    };
     chain();
     Tensor want = cpu_empty(DType::F32, {t, n2});
-    cpu_->linear(cpu_f32(read_gpu(y), {t, n1}), cpu_f32(c.w2, {n2, n1}), Tensor(), want);
+    cpu_->linear(cpu_f32(read_gpu(y), {t, n1}), cpu_f32(w2_values, {n2, n1}), Tensor(), want);
     const auto reference = read_cpu(want);
     check(read_gpu(z), reference, std::string("eager"));
     const std::vector<unsigned char> poison_y(y.bytes(), 0xFF), poison_z(z.bytes(), 0xFF);
@@ -209,6 +227,54 @@ class CudaOpsTest : public ::testing::Test {
       gpu_->replay(graph);
       check(read_gpu(z), reference, "graph replay " + std::to_string(replay));
     }
+  }
+
+  // A folded norm's residual call (GemvArgs, gemv.h) on x [t, k] and weight [n, k]: its residual (from
+  // residual_values), its residual x weight output (NaN-poisoned), the sums it adds to (zeroed) and 3 stale sums it
+  // must zero (not zero). After the call, finish() reads them back, and fails the test where a stale sum was not
+  // zeroed.
+  struct ResidualCall {
+    cuda::GemvArgs args;
+    Tensor residual, out, sums, stale;
+    std::vector<float> residual_values, out_values;  // after the call
+    std::vector<int64_t> sum_words;
+  };
+  static constexpr int64_t kNormSumWords = sizeof(cuda::GemvNormSum) / sizeof(int64_t);
+  ResidualCall residual_call(const Tensor& x, const Tensor& weight, const Tensor& norm_weight,
+                             const std::vector<float>& residual_values, int t, int n, int k) {
+    ResidualCall c;
+    c.residual = gpu_bf16(residual_values, {t, n});
+    c.out = gpu_empty(DType::BF16, {t, n});
+    c.sums = gpu_raw(std::vector<int64_t>(static_cast<size_t>(t * kNormSumWords), 0), DType::I64, {t, kNormSumWords});
+    c.stale = gpu_raw(std::vector<int64_t>(static_cast<size_t>(3 * kNormSumWords), 7), DType::I64, {3, kNormSumWords});
+    c.args = {x.as<__nv_bfloat16>(), weight.as<__nv_bfloat16>(), nullptr, c.out.data, DType::BF16, t, n, k};
+    c.args.norm.residual = static_cast<__nv_bfloat16*>(c.residual.data);
+    c.args.norm.norm_weight = norm_weight.as<__nv_bfloat16>();
+    c.args.norm.sum_squares = static_cast<cuda::GemvNormSum*>(c.sums.data);
+    c.args.norm.stale_sums = static_cast<cuda::GemvNormSum*>(c.stale.data), c.args.norm.stale_sum_count = 3;
+    return c;
+  }
+  void finish(ResidualCall& c, const std::string& where) {
+    c.residual_values = read_gpu(c.residual), c.out_values = read_gpu(c.out);
+    c.sum_words.resize(static_cast<size_t>(c.sums.numel()));
+    gpu_->download(c.sums.data, c.sum_words.data(), c.sums.bytes());
+    std::vector<int64_t> stale_words(static_cast<size_t>(c.stale.numel()));
+    gpu_->download(c.stale.data, stale_words.data(), c.stale.bytes());
+    for (int r = 0; r < 3; ++r) {
+      const size_t at = static_cast<size_t>(r * kNormSumWords);
+      ASSERT_TRUE(stale_words[at] == 0 && stale_words[at + 16] == 0) << where << ": stale sums not zeroed";
+    }
+  }
+  // The sums a folded norm's input call reads (GemvArgs::input_sum_squares): token r's is 1000 (r + 1).
+  Tensor input_norm_sums(int t) {
+    std::vector<int64_t> words(static_cast<size_t>(t * kNormSumWords), 0);
+    for (int r = 0; r < t; ++r) words[static_cast<size_t>(r * kNormSumWords)] = 1000 * (r + 1);  // whole parts
+    return gpu_raw(words, DType::I64, {t, kNormSumWords});
+  }
+  // A token's sum of squares from ResidualCall::sum_words (GemvNormSum's whole and fraction words).
+  static double norm_sum_of(const std::vector<int64_t>& words, int token) {
+    const size_t at = static_cast<size_t>(token * kNormSumWords);
+    return static_cast<double>(words[at]) + std::ldexp(static_cast<double>(words[at + 16]), -40);
   }
 
   std::mt19937 rng_{12345};

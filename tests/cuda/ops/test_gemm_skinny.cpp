@@ -81,33 +81,20 @@ class SkinnyGemmTest : public CudaOpsTest {
 
   void check_shape(int n, int k, const std::vector<int>& token_counts,
                    const std::vector<cuda::SkinnyGemmConfig>& configs = every_config()) {
-    const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
-    const auto b = random_bf16_values(rng_, n);
-    const Tensor gpu_w = gpu_bf16(w, {n, k}), gpu_b = gpu_bf16(b, {n});
-    const Tensor cpu_w = cpu_f32(w, {n, k}), cpu_b = cpu_f32(b, {n});
-    for (int t : token_counts) {
-      const auto x = random_bf16_values(rng_, int64_t{t} * k);
-      const Tensor gpu_x = gpu_bf16(x, {t, k});
-      for (bool bias : {false, true}) {
-        Tensor want = cpu_empty(DType::F32, {t, n});
-        cpu().linear(cpu_f32(x, {t, k}), cpu_w, bias ? cpu_b : Tensor(), want);
-        const auto reference = read_cpu(want);
-        for (cuda::SkinnyGemmConfig config : configs) {
-          Tensor out = gpu_empty(DType::BF16, {t, n});  // NaN-poisoned
-          const cuda::SkinnyGemmArgs args{gpu_x.as<__nv_bfloat16>(),
-                                          gpu_w.as<__nv_bfloat16>(),
-                                          bias ? gpu_b.as<__nv_bfloat16>() : nullptr,
-                                          out.as<__nv_bfloat16>(),
-                                          t,
-                                          n,
-                                          k};
-          if (config.splits == 0) config = cuda::skinny_gemm_config(args, sm_count());
-          cuda::launch_skinny_gemm(args, workspace_, config, gpu().stream());
-          expect_close_elements(read_gpu(out), reference, describe(t, n, k, bias, config));
-          if (HasFailure()) return;
-        }
-      }
-    }
+    for_each_random_linear(
+        n, k, token_counts, [](int) { return true; },
+        [&](int t, bool bias, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* b,
+            const std::vector<float>& reference) {
+          for (cuda::SkinnyGemmConfig config : configs) {
+            Tensor out = gpu_empty(DType::BF16, {t, n});  // NaN-poisoned
+            const cuda::SkinnyGemmArgs args{x, w, b, out.as<__nv_bfloat16>(), t, n, k};
+            if (config.splits == 0) config = cuda::skinny_gemm_config(args, sm_count());
+            cuda::launch_skinny_gemm(args, workspace_, config, gpu().stream());
+            expect_close_elements(read_gpu(out), reference, describe(t, n, k, bias, config));
+            if (HasFailure()) return false;
+          }
+          return true;
+        });
   }
 
   static constexpr int kCounters = 4096;
@@ -139,22 +126,15 @@ TEST_F(SkinnyGemmTest, Qwen3ShapesMatchCpu) {
 // graph with y re-poisoned before each replay, must give the same z every time (the second call starts under
 // programmatic launch while the first finishes, and reads y only after it).
 TEST_F(SkinnyGemmTest, ChainedCallsReplayAsAGraph) {
-  const int t = 40, k1 = 1024, n1 = 3072, n2 = 1024;
-  const LinearChain c = random_linear_chain(t, k1, n1, n2);
-  Tensor y = gpu_empty(DType::BF16, {t, n1});
-  Tensor z = gpu_empty(DType::BF16, {t, n2});
   const int sms = sm_count();
-  auto chain = [&] {
-    cuda::launch_skinny_gemm(
-        {c.gpu_x.as<__nv_bfloat16>(), c.gpu_w1.as<__nv_bfloat16>(), nullptr, y.as<__nv_bfloat16>(), t, n1, k1},
-        workspace_, sms, gpu().stream());
-    cuda::launch_skinny_gemm(
-        {y.as<__nv_bfloat16>(), c.gpu_w2.as<__nv_bfloat16>(), nullptr, z.as<__nv_bfloat16>(), t, n2, n1}, workspace_,
-        sms, gpu().stream());
+  const auto link = [&](const Tensor& in, const Tensor& w, Tensor& out, int n, int k) {
+    cuda::launch_skinny_gemm({in.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, out.as<__nv_bfloat16>(),
+                              static_cast<int>(in.shape[0]), n, k},
+                             workspace_, sms, gpu().stream());
   };
   // Each run gives the reference's values, and every run the same bits.
   std::vector<float> first;
-  expect_chain_replays(c, y, z, chain,
+  expect_chain_replays(40, 1024, 3072, 1024, DType::BF16, link,
                        [&](const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
                          expect_close_elements(got, want, "chained skinny GEMMs, " + what);
                          if (first.empty()) first = got;
@@ -162,8 +142,8 @@ TEST_F(SkinnyGemmTest, ChainedCallsReplayAsAGraph) {
                        });
 }
 
-// Through Gemm::run_skinny, with the Gemm's own workspace and counters.
-TEST_F(SkinnyGemmTest, GemmRunSkinnyMatchesCpu) {
+// With a Gemm's own workspace and counters.
+TEST_F(SkinnyGemmTest, GemmWorkspaceMatchesCpu) {
   const int t = 96, n = 1024, k = 3072;
   const auto x = random_bf16_values(rng_, int64_t{t} * k);
   const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
@@ -171,11 +151,11 @@ TEST_F(SkinnyGemmTest, GemmRunSkinnyMatchesCpu) {
   Tensor out = gpu_empty(DType::BF16, {t, n});
   keep_.push_back(gpu().allocate(size_t{32} << 20));
   cuda::Gemm gemm(keep_.back().data(), keep_.back().bytes());
-  gemm.run_skinny(gx.as<__nv_bfloat16>(), gw.as<__nv_bfloat16>(), nullptr, out.as<__nv_bfloat16>(), t, n, k,
-                  gpu().stream());
+  cuda::launch_skinny_gemm({gx.as<__nv_bfloat16>(), gw.as<__nv_bfloat16>(), nullptr, out.as<__nv_bfloat16>(), t, n, k},
+                           gemm.skinny_workspace(), sm_count(), gpu().stream());
   Tensor want = cpu_empty(DType::F32, {t, n});
   cpu().linear(cpu_f32(x, {t, k}), cpu_f32(w, {n, k}), Tensor(), want);
-  expect_close_elements(read_gpu(out), read_cpu(want), "Gemm::run_skinny");
+  expect_close_elements(read_gpu(out), read_cpu(want), "the skinny GEMM with a Gemm's workspace");
 }
 
 // Gemm::run sends 17-64 rows (to 128 for small weights) to the skinny GEMM where the GEMV does not take them
@@ -247,21 +227,13 @@ TEST_F(SkinnyGemmTest, FusedSiluMatchesLinearThenSilu) {
 // stale sums it zeroes.
 TEST_F(SkinnyGemmTest, FoldedNormsMatchGemvAndCpu) {
   const int n = 512, k = 1032;  // a partial last k-tile
-  constexpr size_t kWords = sizeof(cuda::GemvNormSum) / sizeof(int64_t);
-  const auto words = static_cast<int64_t>(kWords);
   const auto w_values = random_bf16_values(rng_, int64_t{2} * n * k, 0.1f);
   const Tensor w = gpu_bf16(w_values, {2 * n, k});
   const auto norm_values = random_bf16_values(rng_, n);
   const Tensor norm_weight = gpu_bf16(norm_values, {n});
-  const auto sum_of = [&](const std::vector<int64_t>& sums, int r) {
-    const size_t at = static_cast<size_t>(r) * kWords;
-    return static_cast<double>(sums[at]) + std::ldexp(static_cast<double>(sums[at + 16]), -40);
-  };
   for (const int t : {5, 24, 32, 100}) {
     const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * k), {t, k});
-    std::vector<int64_t> sum_words(static_cast<size_t>(t) * kWords, 0);
-    for (int r = 0; r < t; ++r) sum_words[static_cast<size_t>(r) * kWords] = 1000 * (r + 1);  // whole parts
-    const Tensor input_sums = gpu_raw(sum_words, DType::I64, {t, words});
+    const Tensor input_sums = input_norm_sums(t);
     const auto residual_values = random_bf16_values(rng_, int64_t{t} * n);
     const bool against_gemv = t <= cuda::kGemvMaxTokens;
     // Above the GEMV's rows, the CPU's x . W^T in double: gate rows (and the residual call's), up rows.
@@ -281,8 +253,15 @@ TEST_F(SkinnyGemmTest, FoldedNormsMatchGemvAndCpu) {
         }
       }
     }
-    for (cuda::SkinnyGemmConfig config : every_config()) {
+    for (const cuda::SkinnyGemmConfig& config : every_config()) {
       const std::string where = describe(t, n, k, false, config);
+      // The call on the skinny GEMM with this configuration (the chosen one for {0, 0, 0}), or on the GEMV's kernel.
+      const auto launch = [&](const cuda::GemvArgs& a, bool skinny) {
+        if (!skinny) return cuda::launch_gemv_rounds(a, sm_count(), gpu().stream());
+        const cuda::SkinnyGemmArgs sa = cuda::skinny_gemm_args(a);
+        cuda::launch_skinny_gemm(sa, workspace_, config.splits == 0 ? cuda::skinny_gemm_config(sa, sm_count()) : config,
+                                 gpu().stream());
+      };
       // The input-scaled call, plain and with the SiLU, on both kernels (or the skinny GEMM and the CPU).
       for (const bool swiglu : {false, true}) {
         std::vector<float> outs[2];
@@ -290,16 +269,9 @@ TEST_F(SkinnyGemmTest, FoldedNormsMatchGemvAndCpu) {
           Tensor out = gpu_empty(DType::BF16, {t, n});
           cuda::GemvArgs a{x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, out.data, DType::BF16, t, n, k};
           a.swiglu = swiglu;
-          a.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_sums.data), a.eps = 1e-6f;
+          a.norm.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_sums.data), a.norm.eps = 1e-6f;
           if (!skinny && !against_gemv) continue;
-          if (skinny) {
-            cuda::SkinnyGemmArgs sa = cuda::skinny_gemm_args(a);
-            cuda::SkinnyGemmConfig c = config;
-            if (c.splits == 0) c = cuda::skinny_gemm_config(sa, sm_count());
-            cuda::launch_skinny_gemm(sa, workspace_, c, gpu().stream());
-          } else {
-            cuda::launch_gemv_rounds(a, sm_count(), gpu().stream());
-          }
+          launch(a, skinny);
           outs[skinny] = read_gpu(out);
         }
         if (against_gemv) {
@@ -319,55 +291,37 @@ TEST_F(SkinnyGemmTest, FoldedNormsMatchGemvAndCpu) {
         expect_rel_l2(outs[1], want, 1e-2, where + (swiglu ? ", scaled SiLU vs CPU" : ", scaled vs CPU"));
       }
       // The residual's call.
-      std::vector<float> residuals[2], halves[2];
-      std::vector<int64_t> sums[2];
+      ResidualCall calls[2] = {residual_call(x, w, norm_weight, residual_values, t, n, k),
+                               residual_call(x, w, norm_weight, residual_values, t, n, k)};
       for (const bool skinny : {false, true}) {
         if (!skinny && !against_gemv) continue;
-        Tensor residual = gpu_bf16(residual_values, {t, n}), half = gpu_empty(DType::BF16, {t, n});
-        Tensor added = gpu_raw(std::vector<int64_t>(static_cast<size_t>(t) * kWords, 0), DType::I64, {t, words});
-        Tensor stale = gpu_raw(std::vector<int64_t>(3 * kWords, 7), DType::I64, {3, words});
-        cuda::GemvArgs a{x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, half.data, DType::BF16, t, n, k};
-        a.residual = static_cast<__nv_bfloat16*>(residual.data), a.norm_weight = norm_weight.as<__nv_bfloat16>();
-        a.sum_squares = static_cast<cuda::GemvNormSum*>(added.data);
-        a.stale_sums = static_cast<cuda::GemvNormSum*>(stale.data), a.stale_sum_count = 3;
-        if (skinny) {
-          cuda::SkinnyGemmArgs sa = cuda::skinny_gemm_args(a);
-          cuda::SkinnyGemmConfig c = config;
-          if (c.splits == 0) c = cuda::skinny_gemm_config(sa, sm_count());
-          cuda::launch_skinny_gemm(sa, workspace_, c, gpu().stream());
-        } else {
-          cuda::launch_gemv_rounds(a, sm_count(), gpu().stream());
-        }
-        residuals[skinny] = read_gpu(residual), halves[skinny] = read_gpu(half);
-        sums[skinny].resize(static_cast<size_t>(t) * kWords);
-        gpu().download(added.data, sums[skinny].data(), added.bytes());
-        std::vector<int64_t> stale_words(3 * kWords);
-        gpu().download(stale.data, stale_words.data(), stale.bytes());
-        for (int r = 0; r < 3; ++r)
-          ASSERT_TRUE(stale_words[static_cast<size_t>(r) * kWords] == 0 &&
-                      stale_words[static_cast<size_t>(r) * kWords + 16] == 0)
-              << where << ": stale sums not zeroed";
+        launch(calls[skinny].args, skinny);
+        finish(calls[skinny], where);
+        if (HasFailure()) return;
       }
+      const std::vector<float>& residuals = calls[1].residual_values;
       // Whatever the reference, the skinny GEMM's own outputs agree with each other: residual x weight is its new
       // residual times the norm weight, and the sums are its new residual's squares.
       for (int r = 0; r < t; ++r) {
         double squares = 0;
         for (int c = 0; c < n; ++c) {
-          const float h = residuals[1][static_cast<size_t>(r) * n + c];
+          const float h = residuals[static_cast<size_t>(r) * n + c];
           squares += static_cast<double>(h) * h;
-          const float want_half = bf16_to_float(float_to_bf16(h * bf16_to_float(float_to_bf16(norm_values[c]))));
-          ASSERT_EQ(halves[1][static_cast<size_t>(r) * n + c], want_half) << where << " row " << r << " col " << c;
+          const float want_half = bf16_to_float(float_to_bf16(h * norm_values[c]));  // norm_values are bf16
+          ASSERT_EQ(calls[1].out_values[static_cast<size_t>(r) * n + c], want_half)
+              << where << " row " << r << " col " << c;
         }
-        EXPECT_NEAR(sum_of(sums[1], r), squares, 1e-5 * squares) << where << ": sum of squares of row " << r;
+        EXPECT_NEAR(norm_sum_of(calls[1].sum_words, r), squares, 1e-5 * squares)
+            << where << ": sum of squares of row " << r;
       }
       if (against_gemv) {
-        expect_rel_l2(residuals[1], residuals[0], 1e-2, where + ": residual");
-        expect_rel_l2(halves[1], halves[0], 1e-2, where + ": residual x weight");
+        expect_rel_l2(residuals, calls[0].residual_values, 1e-2, where + ": residual");
+        expect_rel_l2(calls[1].out_values, calls[0].out_values, 1e-2, where + ": residual x weight");
       } else {
         // The CPU's residual + x . W^T.
         std::vector<float> want(static_cast<size_t>(t) * n);
         for (size_t i = 0; i < want.size(); ++i) want[i] = residual_values[i] + static_cast<float>(gate_dots[i]);
-        expect_rel_l2(residuals[1], want, 1e-2, where + ": residual vs CPU");
+        expect_rel_l2(residuals, want, 1e-2, where + ": residual vs CPU");
       }
       if (HasFailure()) return;
     }

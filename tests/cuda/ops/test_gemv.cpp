@@ -54,42 +54,31 @@ class GemvTest : public CudaOpsTest {
   // outputs, against the CPU's fp32 linear of the same values; launched for `sms` SMs (0: this GPU's). streamed:
   // the streamed kernel (gemv_streamed.h) instead.
   void check_shape(int n, int k, const std::vector<int>& token_counts, int sms = 0, bool streamed = false) {
-    const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
-    const auto b = random_bf16_values(rng_, n);
-    const Tensor gpu_w = gpu_bf16(w, {n, k}), gpu_b = gpu_bf16(b, {n});
-    const Tensor cpu_w = cpu_f32(w, {n, k}), cpu_b = cpu_f32(b, {n});
     if (sms == 0) sms = sm_count();
-    for (int t : token_counts) {
-      if (t > cuda::kGemvMaxTokensAnyWeight && int64_t{n} * k >= cuda::kGemvMaxWideWeight) continue;  // gemv.h
-      const auto x = random_bf16_values(rng_, int64_t{t} * k);
-      const Tensor gpu_x = gpu_bf16(x, {t, k});
-      for (bool bias : {false, true}) {
-        Tensor want = cpu_empty(DType::F32, {t, n});
-        cpu().linear(cpu_f32(x, {t, k}), cpu_w, bias ? cpu_b : Tensor(), want);
-        const auto reference = read_cpu(want);
-        for (DType out_dtype : {DType::BF16, DType::F32}) {
-          Tensor out = gpu_empty(out_dtype, {t, n});  // NaN-poisoned
-          const cuda::GemvArgs args{gpu_x.as<__nv_bfloat16>(),
-                                    gpu_w.as<__nv_bfloat16>(),
-                                    bias ? gpu_b.as<__nv_bfloat16>() : nullptr,
-                                    out.data,
-                                    out_dtype,
-                                    t,
-                                    n,
-                                    k};
-          if (streamed) {
-            ASSERT_TRUE(cuda::gemv_streamed_supports(args)) << describe(t, n, k, bias, out_dtype);
-            cuda::launch_gemv_streamed(args, sms, gpu().stream());
-          } else {
-            ASSERT_TRUE(cuda::gemv_supports(args)) << describe(t, n, k, bias, out_dtype);
-            cuda::launch_gemv(args, sms, gpu().stream());
-          }
-          expect_rel_l2(read_gpu(out), reference, out_dtype == DType::F32 ? 1e-4 : 1e-2,
-                        describe(t, n, k, bias, out_dtype));
-          if (HasFailure()) return;
-        }
-      }
-    }
+    const auto take = [&](int t) {  // gemv.h: wide weights up to kGemvMaxTokensAnyWeight rows
+      return t <= cuda::kGemvMaxTokensAnyWeight || int64_t{n} * k < cuda::kGemvMaxWideWeight;
+    };
+    for_each_random_linear(n, k, token_counts, take,
+                           [&](int t, bool bias, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* b,
+                               const std::vector<float>& reference) {
+                             for (DType out_dtype : {DType::BF16, DType::F32}) {
+                               Tensor out = gpu_empty(out_dtype, {t, n});  // NaN-poisoned
+                               const cuda::GemvArgs args{x, w, b, out.data, out_dtype, t, n, k};
+                               const std::string what = describe(t, n, k, bias, out_dtype);
+                               if (streamed) {
+                                 EXPECT_TRUE(cuda::gemv_streamed_supports(args)) << what;
+                                 if (HasFailure()) return false;
+                                 cuda::launch_gemv_streamed(args, sms, gpu().stream());
+                               } else {
+                                 EXPECT_TRUE(cuda::gemv_supports(args)) << what;
+                                 if (HasFailure()) return false;
+                                 cuda::launch_gemv(args, sms, gpu().stream());
+                               }
+                               expect_rel_l2(read_gpu(out), reference, out_dtype == DType::F32 ? 1e-4 : 1e-2, what);
+                               if (HasFailure()) return false;
+                             }
+                             return true;
+                           });
   }
 };
 
@@ -154,17 +143,13 @@ TEST_F(GemvTest, StreamedRefusedOffSm90) {
 TEST_F(GemvTest, StreamedFoldsMatchRoundsKernel) {
   if (const std::string why = streamed_kernel_absent(); !why.empty()) GTEST_SKIP() << why;
   const int n = 512, k = 3080;  // a partial last stage; 64 output groups
-  constexpr size_t kWords = sizeof(cuda::GemvNormSum) / sizeof(int64_t);
-  const auto words = static_cast<int64_t>(kWords);
   const Tensor w = gpu_bf16(random_bf16_values(rng_, int64_t{2} * n * k, 0.1f), {2 * n, k});
   const Tensor norm_weight = gpu_bf16(random_bf16_values(rng_, n), {n});
   for (const int sms : {0, 3}) {
     for (const int t : {1, 2, 5, 9, 16}) {
       const std::string where = "T=" + std::to_string(t) + " SMs=" + std::to_string(sms);
       const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * k), {t, k});
-      std::vector<int64_t> sum_words(static_cast<size_t>(t) * kWords, 0);
-      for (int r = 0; r < t; ++r) sum_words[static_cast<size_t>(r) * kWords] = 1000 * (r + 1);  // whole parts
-      const Tensor input_sums = gpu_raw(sum_words, DType::I64, {t, words});
+      const Tensor input_sums = input_norm_sums(t);
       const auto residual_values = random_bf16_values(rng_, int64_t{t} * n);
       // A call on both kernels, each into a fresh NaN-poisoned output: configure sets the call's own operands.
       const auto both = [&](const std::string& call, const auto& configure) {
@@ -184,7 +169,7 @@ TEST_F(GemvTest, StreamedFoldsMatchRoundsKernel) {
         expect_rel_l2(outs[1], outs[0], 1e-2, where + ", " + call);
       };
       const auto scale_by_input_rms = [&](cuda::GemvArgs& a) {
-        a.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_sums.data), a.eps = 1e-6f;
+        a.norm.input_sum_squares = static_cast<const cuda::GemvNormSum*>(input_sums.data), a.norm.eps = 1e-6f;
       };
       both("fused SiLU", [](cuda::GemvArgs& a) { a.swiglu = true; });
       both("fused SiLU of the input scaled by its rms", [&](cuda::GemvArgs& a) {
@@ -193,38 +178,23 @@ TEST_F(GemvTest, StreamedFoldsMatchRoundsKernel) {
       });
       both("input scaled by its rms", scale_by_input_rms);
       // The residual's call, each kernel from the same residual and zeroed sums.
-      std::vector<float> residuals[2], halves[2];
-      std::vector<int64_t> sums[2];
+      ResidualCall calls[2] = {residual_call(x, w, norm_weight, residual_values, t, n, k),
+                               residual_call(x, w, norm_weight, residual_values, t, n, k)};
       for (const bool streamed : {false, true}) {
-        Tensor residual = gpu_bf16(residual_values, {t, n}), half = gpu_empty(DType::BF16, {t, n});
-        Tensor added = gpu_raw(std::vector<int64_t>(static_cast<size_t>(t) * kWords, 0), DType::I64, {t, words});
-        Tensor stale = gpu_raw(std::vector<int64_t>(3 * kWords, 7), DType::I64, {3, words});
-        cuda::GemvArgs a{x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, half.data, DType::BF16, t, n, k};
-        a.residual = static_cast<__nv_bfloat16*>(residual.data), a.norm_weight = norm_weight.as<__nv_bfloat16>();
-        a.sum_squares = static_cast<cuda::GemvNormSum*>(added.data);
-        a.stale_sums = static_cast<cuda::GemvNormSum*>(stale.data), a.stale_sum_count = 3;
+        const cuda::GemvArgs& a = calls[streamed].args;
         ASSERT_TRUE(cuda::gemv_streamed_supports(a)) << where;
         if (streamed) {
           cuda::launch_gemv_streamed(a, sms == 0 ? sm_count() : sms, gpu().stream());
         } else {
           cuda::launch_gemv_rounds(a, sms == 0 ? sm_count() : sms, gpu().stream());
         }
-        residuals[streamed] = read_gpu(residual), halves[streamed] = read_gpu(half);
-        sums[streamed].resize(static_cast<size_t>(t) * kWords);
-        gpu().download(added.data, sums[streamed].data(), added.bytes());
-        std::vector<int64_t> stale_words(3 * kWords);
-        gpu().download(stale.data, stale_words.data(), stale.bytes());
-        for (int r = 0; r < 3; ++r)
-          ASSERT_TRUE(stale_words[static_cast<size_t>(r) * kWords] == 0 &&
-                      stale_words[static_cast<size_t>(r) * kWords + 16] == 0)
-              << where << ": stale sums not zeroed";
+        finish(calls[streamed], where);
+        if (HasFailure()) return;
       }
-      expect_rel_l2(residuals[1], residuals[0], 1e-2, where + ": residual");
-      expect_rel_l2(halves[1], halves[0], 1e-2, where + ": residual x weight");
+      expect_rel_l2(calls[1].residual_values, calls[0].residual_values, 1e-2, where + ": residual");
+      expect_rel_l2(calls[1].out_values, calls[0].out_values, 1e-2, where + ": residual x weight");
       for (int r = 0; r < t; ++r) {
-        const size_t at = static_cast<size_t>(r) * kWords;
-        const double a = static_cast<double>(sums[0][at]) + std::ldexp(static_cast<double>(sums[0][at + 16]), -40);
-        const double b = static_cast<double>(sums[1][at]) + std::ldexp(static_cast<double>(sums[1][at + 16]), -40);
+        const double a = norm_sum_of(calls[0].sum_words, r), b = norm_sum_of(calls[1].sum_words, r);
         EXPECT_NEAR(b, a, 1e-2 * a) << where << ": sum of squares of row " << r;
       }
       if (HasFailure()) return;
@@ -293,19 +263,13 @@ TEST_F(GemvTest, GemmRoutesSmallMAndAgreesWithCublasLt) {
 // is done: chain y = x W1^T, z = y W2^T, eagerly and as a replayed graph (y is re-poisoned before each run, so
 // reading it early gives NaN or stale values).
 TEST_F(GemvTest, OverlappedLaunchReadsThePreviousKernelsOutput) {
-  const int t = 3, k1 = 1024, n1 = 3072, n2 = 1024;
-  const LinearChain c = random_linear_chain(t, k1, n1, n2);
-  Tensor y = gpu_empty(DType::BF16, {t, n1});
-  Tensor z = gpu_empty(DType::F32, {t, n2});
   const int sms = sm_count();
-  auto chain = [&] {
-    cuda::launch_gemv(
-        {c.gpu_x.as<__nv_bfloat16>(), c.gpu_w1.as<__nv_bfloat16>(), nullptr, y.data, DType::BF16, t, n1, k1}, sms,
-        gpu().stream());
-    cuda::launch_gemv({y.as<__nv_bfloat16>(), c.gpu_w2.as<__nv_bfloat16>(), nullptr, z.data, DType::F32, t, n2, n1},
+  const auto link = [&](const Tensor& in, const Tensor& w, Tensor& out, int n, int k) {
+    cuda::launch_gemv({in.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, out.data, out.dtype,
+                       static_cast<int>(in.shape[0]), n, k},
                       sms, gpu().stream());
   };
-  expect_chain_replays(c, y, z, chain,
+  expect_chain_replays(3, 1024, 3072, 1024, DType::F32, link,
                        [](const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
                          expect_rel_l2(got, want, 1e-4, "overlapped GEMV, " + what);
                        });
