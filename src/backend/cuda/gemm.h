@@ -54,7 +54,8 @@ class Gemm {
                     DType out_dtype, int m, int n, int k, cudaStream_t stream);
 
   // A decode-sized call (its fused SiLU and folded norms included) on the GEMV where it takes the arguments, else on
-  // the skinny GEMM where skinny_takes() them; false, with nothing enqueued, where neither does.
+  // the skinny GEMM where skinny_takes() them (first on the skinny GEMM where skinny_gemm_preferred_over_gemv);
+  // false, with nothing enqueued, where neither does.
   bool run_gemv_or_skinny(const GemvArgs& args, cudaStream_t stream);
   // Whether run() sends this bf16-out call to the skinny GEMM when the GEMV does not take it: 17 to
   // skinny_gemm_route_max_tokens rows (and no more than NANOVLLM_SKINNY_GEMM's), on sm_90.
@@ -88,6 +89,7 @@ class Gemm {
   // Up to max_count algorithms for the plan's shape, the heuristic's order; throws when there is none.
   std::vector<cublasLtMatmulAlgo_t> heuristic(const Plan& plan, const ShapeKey& key, int max_count);
   // The rows routed to the skinny GEMM for a weight of this many elements, whatever the device.
+  bool run_skinny_if_it_takes(const GemvArgs& args, cudaStream_t stream);
   int skinny_routed_rows(int64_t weight_elements) const;
   cublasLtMatmulAlgo_t choose_algo(const Plan& plan_of_bucket, const ShapeKey& bucket) {
     return heuristic(plan_of_bucket, bucket, 1).front();

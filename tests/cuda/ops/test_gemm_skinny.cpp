@@ -187,7 +187,8 @@ TEST_F(SkinnyGemmTest, GemmRoutesDecodeRowsAndAgreesWithCublasLt) {
 
 // The fused SiLU gives the same bits as the plain call on [gate; up] followed by silu_and_mul, with every
 // configuration (a tile's outputs take half its rows: gate rows and the up rows of the same outputs), at I not a
-// multiple of the tile's outputs; and through CudaBackend::linear_silu_and_mul at 33-128 rows.
+// multiple of the tile's outputs; and through CudaBackend::linear_silu_and_mul at 33-128 rows (and 17-32 for wide
+// weights).
 TEST_F(SkinnyGemmTest, FusedSiluMatchesLinearThenSilu) {
   for (auto [inter, k] : {std::pair{24, 64}, {48, 1040}, {1000, 1024}, {3072, 1024}}) {
     const int n = 2 * inter;
@@ -210,8 +211,10 @@ TEST_F(SkinnyGemmTest, FusedSiluMatchesLinearThenSilu) {
         ASSERT_EQ(read_gpu_bytes(fused), read_gpu_bytes(apart)) << where;
         for (const float v : read_gpu(fused)) ASSERT_TRUE(std::isfinite(v)) << where;
       }
-      // Through the backend where linear() takes the skinny GEMM too (at up to 32 rows it may take the GEMV).
-      if (t <= cuda::kGemvMaxTokens || t > cuda::skinny_gemm_route_max_tokens(int64_t{n} * k)) continue;
+      // Through the backend where linear() takes the skinny GEMM too (at up to 32 rows the narrower weights stay
+      // on the GEMV).
+      const bool routed = t > cuda::kGemvMaxTokens || cuda::skinny_gemm_preferred_over_gemv(t, n, k);
+      if (!routed || t > cuda::skinny_gemm_route_max_tokens(int64_t{n} * k)) continue;
       Tensor backend = gpu_empty(DType::BF16, {t, inter});
       ASSERT_TRUE(gpu().linear_silu_and_mul(x, w, Tensor(), {}, backend)) << "I=" << inter << " T=" << t;
       gpu().linear(x, w, Tensor(), gate_up);
@@ -351,6 +354,15 @@ TEST(SkinnyGemmRoute, SmallWeightsTakeMoreRows) {
   EXPECT_EQ(cuda::skinny_gemm_route_max_tokens(cuda::kSkinnyGemmSmallWeight - 1), 128);
   EXPECT_EQ(cuda::skinny_gemm_route_max_tokens(cuda::kSkinnyGemmSmallWeight), 64);
   EXPECT_EQ(cuda::skinny_gemm_route_max_tokens(int64_t{4096} * 4096), 64);  // Qwen3-8B's o_proj
+}
+
+TEST(SkinnyGemmRoute, WideWeightsLeaveTheGemvFrom17Rows) {
+  EXPECT_TRUE(cuda::skinny_gemm_preferred_over_gemv(17, 4096, 1024));   // Qwen3-0.6B's qkv
+  EXPECT_TRUE(cuda::skinny_gemm_preferred_over_gemv(32, 6144, 1024));   // its fused gate_up
+  EXPECT_FALSE(cuda::skinny_gemm_preferred_over_gemv(16, 6144, 1024));  // the GEMV's own rows
+  EXPECT_FALSE(cuda::skinny_gemm_preferred_over_gemv(32, 1024, 2048));  // o_proj
+  EXPECT_FALSE(cuda::skinny_gemm_preferred_over_gemv(32, 1024, 3072));  // down
+  EXPECT_FALSE(cuda::skinny_gemm_preferred_over_gemv(24, 2047, 1024));
 }
 
 TEST(SkinnyGemmSupports, RefusesWhatItCannotTake) {
