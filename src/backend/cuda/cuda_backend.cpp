@@ -145,7 +145,7 @@ CudaBackend::CudaBackend(int device_index) : device_(device_index) {
                                                                            {"block", Fp8LinearPath::kBlockScaled}});
   // An FP8 cache's long prompts multiply in bf16 (the shadow of their codes) or in E4M3.
   fp8_attention_products_ = environment_choice<bool>("NANOVLLM_FP8_ATTENTION", {{"bf16", false}, {"fp8", true}});
-  // Decode steps above the GEMV's rows fold their norms into the skinny GEMM only when asked: not yet measured.
+  // Decode steps above the GEMV's rows fold their norms into the skinny GEMM only when asked: measured slower.
   skinny_norm_fold_ = environment_choice<bool>("NANOVLLM_SKINNY_FOLD", {{"0", false}, {"1", true}});
   decode_kernel_ =
       environment_choice<cuda::DecodeKernel>("NANOVLLM_DECODE_ATTENTION", {{"auto", cuda::DecodeKernel::kAuto},
