@@ -103,20 +103,18 @@ void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_b
 
 bool Gemm::run_gemv_or_skinny(const GemvArgs& args, cudaStream_t stream) {
   const bool gemv = gemv_supports(args);
-  const int64_t weight_rows = int64_t{args.n} * (args.swiglu ? 2 : 1);
-  if (!gemv || skinny_gemm_preferred_over_gemv(args.tokens, weight_rows, args.k)) {
-    if (run_skinny_if_it_takes(args, stream)) return true;
+  // FP8 codes and fp32 out are the GEMV's alone.
+  if (args.weight != nullptr && args.out_dtype == DType::BF16) {
+    const SkinnyGemmArgs skinny = skinny_gemm_args(args);
+    const bool skinny_first =
+        !gemv || skinny_gemm_preferred_over_gemv(skinny.tokens, skinny_gemm_weight_rows(skinny), skinny.k);
+    if (skinny_first && skinny_takes(skinny)) {
+      launch_skinny_gemm(skinny, skinny_workspace(), sm_count_, stream);
+      return true;
+    }
   }
   if (!gemv) return false;
   launch_gemv(args, sm_count_, stream);
-  return true;
-}
-
-bool Gemm::run_skinny_if_it_takes(const GemvArgs& args, cudaStream_t stream) {
-  if (args.weight == nullptr || args.out_dtype != DType::BF16) return false;  // FP8 codes, fp32 out
-  const SkinnyGemmArgs skinny = skinny_gemm_args(args);
-  if (!skinny_takes(skinny)) return false;
-  launch_skinny_gemm(skinny, skinny_workspace(), sm_count_, stream);
   return true;
 }
 

@@ -89,7 +89,6 @@ class Gemm {
   // Up to max_count algorithms for the plan's shape, the heuristic's order; throws when there is none.
   std::vector<cublasLtMatmulAlgo_t> heuristic(const Plan& plan, const ShapeKey& key, int max_count);
   // The rows routed to the skinny GEMM for a weight of this many elements, whatever the device.
-  bool run_skinny_if_it_takes(const GemvArgs& args, cudaStream_t stream);
   int skinny_routed_rows(int64_t weight_elements) const;
   cublasLtMatmulAlgo_t choose_algo(const Plan& plan_of_bucket, const ShapeKey& bucket) {
     return heuristic(plan_of_bucket, bucket, 1).front();

@@ -28,8 +28,8 @@ constexpr int skinny_gemm_route_max_tokens(int64_t weight_elements) {
 }
 
 // From 17 rows it also takes, before the GEMV, the calls whose weight has at least twice as many rows as columns
-// (Qwen3-0.6B's qkv and fused gate_up, 4096 and 6144 x 1024): at 17-32 rows the GEMV took 5.9 and 10.1 us for them
-// with the input norm folded, this kernel 4.7 and 5.6 unfolded, and a step with both here (folded) 8-9% less (H100).
+// (Qwen3-0.6B's qkv and fused gate_up, 4096 and 6144 x 1024): at 32 rows the GEMV took 5.9 and 10.1 us for them
+// with the input norm folded, this kernel 4.7 and 5.6 unfolded, and a step with both here (folded) 8-10% less (H100).
 // The narrow ones (o_proj, down) stay on the GEMV, whose residual fold was faster than this kernel's.
 constexpr bool skinny_gemm_preferred_over_gemv(int tokens, int64_t weight_rows, int64_t k) {
   return tokens > kGemvMaxTokensAnyWeight && weight_rows >= 2 * k;

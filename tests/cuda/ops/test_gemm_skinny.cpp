@@ -159,21 +159,27 @@ TEST_F(SkinnyGemmTest, GemmWorkspaceMatchesCpu) {
 }
 
 // Gemm::run sends 17-64 rows (to 128 for small weights) to the skinny GEMM where the GEMV does not take them
-// (Qwen3-8B's o_proj at 17-64, Qwen3-0.6B's above 32), and agrees with cuBLASLt there.
+// (Qwen3-8B's o_proj at 17-64, Qwen3-0.6B's above 32) and, from 17 rows, wide weights the GEMV would take (Qwen3-0.6B's
+// qkv at 24): the same bits as the skinny GEMM launched directly, close to cuBLASLt.
 TEST_F(SkinnyGemmTest, GemmRoutesDecodeRowsAndAgreesWithCublasLt) {
   keep_.push_back(gpu().allocate(size_t{32} << 20));
   cuda::Gemm gemm(keep_.back().data(), keep_.back().bytes());
-  for (auto [t, n, k] : {std::tuple{48, 1024, 2048}, {64, 4096, 1024}, {24, 4096, 4096}, {96, 6144, 1024}}) {
+  for (auto [t, n, k] :
+       {std::tuple{48, 1024, 2048}, {64, 4096, 1024}, {24, 4096, 4096}, {96, 6144, 1024}, {24, 4096, 1024}}) {
     const auto x = random_bf16_values(rng_, int64_t{t} * k);
     const auto w = random_bf16_values(rng_, int64_t{n} * k, 0.1f);
     const Tensor gx = gpu_bf16(x, {t, k}), gw = gpu_bf16(w, {n, k});
-    Tensor routed = gpu_empty(DType::BF16, {t, n}), cublas = gpu_empty(DType::BF16, {t, n});
+    Tensor routed = gpu_empty(DType::BF16, {t, n}), direct = gpu_empty(DType::BF16, {t, n}),
+           cublas = gpu_empty(DType::BF16, {t, n});
     const cuda::SkinnyGemmArgs args{
-        gx.as<__nv_bfloat16>(), gw.as<__nv_bfloat16>(), nullptr, routed.as<__nv_bfloat16>(), t, n, k};
-    EXPECT_TRUE(gemm.skinny_takes(args)) << "T=" << t << " N=" << n << " K=" << k;
+        gx.as<__nv_bfloat16>(), gw.as<__nv_bfloat16>(), nullptr, direct.as<__nv_bfloat16>(), t, n, k};
+    const std::string where = "T=" + std::to_string(t) + " N=" + std::to_string(n) + " K=" + std::to_string(k);
+    EXPECT_TRUE(gemm.skinny_takes(args)) << where;
     gemm.run(args.x, args.weight, nullptr, routed.data, DType::BF16, t, n, k, gpu().stream());
+    cuda::launch_skinny_gemm(args, gemm.skinny_workspace(), sm_count(), gpu().stream());
     gemm.run_cublaslt(args.x, args.weight, nullptr, cublas.data, DType::BF16, t, n, k, gpu().stream());
-    expect_close_elements(read_gpu(routed), read_gpu(cublas), "T=" + std::to_string(t) + " N=" + std::to_string(n));
+    EXPECT_EQ(read_gpu_bytes(routed), read_gpu_bytes(direct)) << where << ": Gemm::run took another kernel";
+    expect_close_elements(read_gpu(routed), read_gpu(cublas), where);
   }
   const auto* p = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});
   auto* out = reinterpret_cast<__nv_bfloat16*>(uintptr_t{256});
