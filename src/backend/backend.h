@@ -210,7 +210,8 @@ class Backend {
   // 1 / rms. The same math, rounded differently (the products multiply bf16(residual * norm_weight), not
   // bf16(residual / rms * norm_weight)). Whether this backend does it for T rows of width H between linears whose
   // weights are weight_dtype (compute_dtype(), or F8_E4M3 for Qwen's block-scaled FP8), the largest of them (the
-  // fused gate_up counted whole) of largest_weight_elements; true for T implies true for fewer rows:
+  // fused gate_up counted whole) of largest_weight_elements; the row counts it holds for are one range (from one row,
+  // or from more where folding the smallest steps does not pay):
   virtual bool supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype,
                                   int64_t largest_weight_elements) const {
     (void)tokens, (void)hidden, (void)weight_dtype, (void)largest_weight_elements;

@@ -218,9 +218,9 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
   gate_up_out_ = allocate(act, {T, 2 * i_local});
   act_ = allocate(act, {T, i_local});
   last_hidden_ = allocate(act, {max_logits_rows, H});
-  // Decode steps of up to this many rows fold the norms into their linears (Backend::supports_norm_fold); with
-  // tensor parallelism the residual add waits for the all-reduce, so they do not. Nor does a single layer, which
-  // has one folded norm: its sums would have no other linear to zero them between steps.
+  // Decode steps of the row counts the backend folds for (Backend::supports_norm_fold: one range) fold the norms
+  // into their linears; with tensor parallelism the residual add waits for the all-reduce, so they do not. Nor does
+  // a single layer, which has one folded norm: its sums would have no other linear to zero them between steps.
   const bool fp8_linears = std::any_of(layers_.begin(), layers_.end(), [](const Layer& L) {
     return !L.qkv.block_scale.empty() || !L.o_proj.block_scale.empty() || !L.gate_up.block_scale.empty() ||
            !L.down_proj.block_scale.empty();
@@ -230,9 +230,16 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, const ShardLayout& shard, Comm
   for (const Layer& L : layers_)
     for (const LinearWeight* w : {&L.qkv, &L.o_proj, &L.gate_up, &L.down_proj})
       largest_linear = std::max(largest_linear, w->weight.numel());
-  while (!shard.sharded() && layers_.size() >= 2 && folded_norm_rows_ < T &&
-         backend.supports_norm_fold(folded_norm_rows_ + 1, H, linear_dtype, largest_linear))
-    ++folded_norm_rows_;
+  if (!shard.sharded() && layers_.size() >= 2) {
+    const auto folds = [&](int64_t rows) { return backend.supports_norm_fold(rows, H, linear_dtype, largest_linear); };
+    int64_t first = 1;
+    while (first <= T && !folds(first)) ++first;
+    if (first <= T) {
+      folded_norm_min_rows_ = first;
+      folded_norm_rows_ = first;
+      while (folded_norm_rows_ < T && folds(folded_norm_rows_ + 1)) ++folded_norm_rows_;
+    }
+  }
   if (folded_norm_rows_ > 0) {
     const int64_t folded_norms = 2 * static_cast<int64_t>(layers_.size()) - 1, words = backend.folded_norm_sum_words();
     norm_sums_ = allocate(DType::I64, {folded_norms * folded_norm_rows_, words});
@@ -273,7 +280,7 @@ void Qwen3Model::forward(const StepTensors& step, std::vector<KvCacheLayer>& cac
   // division by the rms to the linear after it. Not the first layer's input norm (after the embedding) nor the
   // final norm (before the lm_head): norm s = 2 i + 1 is layer i's post-attention norm, 2 i + 2 layer i + 1's
   // input norm.
-  const bool fold = folded_norm_rows_ > 0 && T <= folded_norm_rows_;
+  const bool fold = folded_norm_rows_ > 0 && T >= folded_norm_min_rows_ && T <= folded_norm_rows_;
   const int64_t folded_norms = fold ? norm_sums_.dim(0) / folded_norm_rows_ : 0;
   // Norm s's sums (s taken modulo the step's norms), its first `rows` rows.
   const auto sums_of = [&](int64_t s, int64_t rows) {

@@ -111,9 +111,10 @@ class Qwen3Model {
 
   // Activations of the largest step.
   Tensor residual_, hidden_, qkv_out_, q_, attn_out_, delta_, gate_up_out_, act_, last_hidden_;
-  // Decode steps of up to folded_norm_rows_ rows fold the norms (Backend::supports_norm_fold; 0: none do). Their
-  // sums of squares: folded_norm_rows_ rows a folded norm of the step (I64 [norms x rows, sum words]), kept zero
-  // between the norm's linears by the forward step.
+  // Decode steps of folded_norm_min_rows_ to folded_norm_rows_ rows fold the norms (Backend::supports_norm_fold; 0:
+  // none do). Their sums of squares: folded_norm_rows_ rows a folded norm of the step (I64 [norms x rows, sum
+  // words]), kept zero between the norm's linears by the forward step.
+  int64_t folded_norm_min_rows_ = 0;
   int64_t folded_norm_rows_ = 0;
   Tensor norm_sums_;
   // Tensor parallelism: this rank's logits chunk [R, vocab_chunk], and on rank 0 all of them [size, R, chunk].

@@ -691,12 +691,14 @@ bool CudaBackend::linear_silu_and_mul(const Tensor& x, const Tensor& weight, con
 bool CudaBackend::supports_norm_fold(int64_t tokens, int64_t hidden, DType weight_dtype,
                                      int64_t largest_weight_elements) const {
   // Every linear around the norms must be a GEMV (or, for bf16 weights on sm_90, a skinny GEMM) at these rows: the
-  // largest decides.
-  int max_tokens = cuda::gemv_max_tokens(largest_weight_elements, weight_dtype == DType::F8_E4M3);
+  // largest decides; and the fold must pay there (gemv_norm_fold_pays).
+  const bool fp8 = weight_dtype == DType::F8_E4M3;
+  int max_tokens = cuda::gemv_max_tokens(largest_weight_elements, fp8);
   if (weight_dtype == DType::BF16 && skinny_norm_fold_)
     max_tokens = std::max(max_tokens, gemm_->skinny_max_tokens(largest_weight_elements));
-  return (weight_dtype == DType::BF16 || weight_dtype == DType::F8_E4M3) && tokens >= 1 && tokens <= max_tokens &&
-         hidden % 8 == 0 && hidden >= 8 && hidden <= cuda::kGemvMaxNormWidth;
+  return (weight_dtype == DType::BF16 || fp8) && tokens >= 1 && tokens <= max_tokens &&
+         cuda::gemv_norm_fold_pays(tokens, largest_weight_elements, fp8) && hidden % 8 == 0 && hidden >= 8 &&
+         hidden <= cuda::kGemvMaxNormWidth;
 }
 
 int64_t CudaBackend::folded_norm_sum_words() const {

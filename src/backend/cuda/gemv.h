@@ -84,6 +84,17 @@ struct GemvArgs {
 // kGemvMaxTokens or kGemvMaxTokensAnyWeight (above says why).
 int gemv_max_tokens(int64_t weight_elements, bool fp8_codes);
 
+// Whether folding the norms into the GEMVs pays at this many tokens, the largest weight of the layer being
+// largest_weight_elements. Not for FP8 codes of weights of kGemvFp8UnfoldedMinWeight elements or more at up to
+// kGemvFp8UnfoldedMaxTokens tokens: their grids are many waves of small CTAs, each paying the fold's reads and
+// epilogue (Qwen3-8B's FP8 batch 1 2.97 ms/token unfolded against 3.05 folded, batch 4 3.14 against 3.20, batch 16
+// 3.77 against 3.74; Qwen3-0.6B's batch 1 0.73 against 0.65; H200, docs/kernels/gemv.md).
+inline constexpr int64_t kGemvFp8UnfoldedMinWeight = int64_t{16} << 20;
+inline constexpr int kGemvFp8UnfoldedMaxTokens = 4;
+constexpr bool gemv_norm_fold_pays(int64_t tokens, int64_t largest_weight_elements, bool fp8_codes) {
+  return !fp8_codes || largest_weight_elements < kGemvFp8UnfoldedMinWeight || tokens > kGemvFp8UnfoldedMaxTokens;
+}
+
 // True when the GEMV handles these arguments: 1 <= tokens <= kGemvMaxTokensAnyWeight (up to kGemvMaxTokens for bf16
 // weights of fewer than kGemvMaxWideWeight elements, the fused SiLU's 2n x k), n >= 1, k a positive multiple
 // of 8 (16 for FP8 codes with their scales), x and weight 16-byte aligned, out_dtype BF16 or F32. Any n (but

@@ -79,7 +79,11 @@ TEST_F(FoldedNormTest, MatchesLinearAddRmsNormLinear) {
         if (t > cuda::kGemvMaxTokensAnyWeight && (fp8 || largest >= cuda::kGemvMaxWideWeight)) continue;
         const std::string where =
             std::string(fp8 ? "FP8" : "bf16") + " H=" + std::to_string(s.hidden) + " T=" + std::to_string(t);
-        ASSERT_TRUE(gpu().supports_norm_fold(t, s.hidden, fp8 ? DType::F8_E4M3 : DType::BF16, largest)) << where;
+        // Offered where it pays (gemv_norm_fold_pays: not 1-4 rows of large FP8 weights); the kernels take the
+        // calls either way, and must be right at every row count they take.
+        ASSERT_EQ(gpu().supports_norm_fold(t, s.hidden, fp8 ? DType::F8_E4M3 : DType::BF16, largest),
+                  cuda::gemv_norm_fold_pays(t, largest, fp8))
+            << where;
         const auto x_values = random_bf16_values(rng_, int64_t{t} * s.in);
         // Row r of the residual scaled by r + 1, so that a product scaled by another row's rms is far off.
         auto residual_values = random_bf16_values(rng_, int64_t{t} * s.hidden);
@@ -200,9 +204,21 @@ TEST_F(FoldedNormTest, NonFiniteResidualGivesNaNRow) {
   }
 }
 
-// Where the fold is not offered: more than 32 rows (16 for FP8 codes or a weight of kGemvMaxWideWeight), a width not a
-// multiple of 8 or above the widest, other weight dtypes, the CPU. Sums of the wrong shape, misaligned or overlapping
-// the stale sums are refused before anything is written.
+// The rule alone (no GPU needed): FP8 codes of weights from kGemvFp8UnfoldedMinWeight elements fold from 5 rows.
+TEST(GemvNormFoldRule, LargeFp8WeightsFoldFromFiveRows) {
+  const int64_t qwen3_8b_gate_up = int64_t{24576} * 4096, qwen3_06b_gate_up = int64_t{6144} * 1024;
+  EXPECT_FALSE(cuda::gemv_norm_fold_pays(1, qwen3_8b_gate_up, true));
+  EXPECT_FALSE(cuda::gemv_norm_fold_pays(4, qwen3_8b_gate_up, true));
+  EXPECT_TRUE(cuda::gemv_norm_fold_pays(5, qwen3_8b_gate_up, true));
+  EXPECT_TRUE(cuda::gemv_norm_fold_pays(1, qwen3_8b_gate_up, false));
+  EXPECT_TRUE(cuda::gemv_norm_fold_pays(1, qwen3_06b_gate_up, true));
+  EXPECT_FALSE(cuda::gemv_norm_fold_pays(1, cuda::kGemvFp8UnfoldedMinWeight, true));
+  EXPECT_TRUE(cuda::gemv_norm_fold_pays(1, cuda::kGemvFp8UnfoldedMinWeight - 1, true));
+}
+
+// Where the fold is not offered: more than 32 rows (16 for FP8 codes or a weight of kGemvMaxWideWeight), 1-4 rows of
+// large FP8 weights, a width not a multiple of 8 or above the widest, other weight dtypes, the CPU. Sums of the wrong
+// shape, misaligned or overlapping the stale sums are refused before anything is written.
 TEST_F(FoldedNormTest, SupportLimits) {
   const int64_t small = int64_t{6} << 20, wide = cuda::kGemvMaxWideWeight;  // Qwen3-0.6B's gate_up: 6 M elements
   EXPECT_TRUE(gpu().supports_norm_fold(32, 1024, DType::BF16, small));
@@ -214,6 +230,12 @@ TEST_F(FoldedNormTest, SupportLimits) {
   EXPECT_TRUE(gpu().supports_norm_fold(16, 4096, DType::BF16, wide));
   EXPECT_TRUE(gpu().supports_norm_fold(16, 1024, DType::F8_E4M3, small));
   EXPECT_TRUE(gpu().supports_norm_fold(16, 4096, DType::F8_E4M3, wide));
+  // FP8 codes of large weights fold from 5 rows (gemv_norm_fold_pays), small ones and bf16 from 1.
+  EXPECT_FALSE(gpu().supports_norm_fold(1, 4096, DType::F8_E4M3, wide));
+  EXPECT_FALSE(gpu().supports_norm_fold(4, 4096, DType::F8_E4M3, wide));
+  EXPECT_TRUE(gpu().supports_norm_fold(5, 4096, DType::F8_E4M3, wide));
+  EXPECT_TRUE(gpu().supports_norm_fold(1, 1024, DType::F8_E4M3, small));
+  EXPECT_TRUE(gpu().supports_norm_fold(1, 4096, DType::BF16, wide));
   EXPECT_TRUE(gpu().supports_norm_fold(1, 16384, DType::BF16, wide));
   EXPECT_FALSE(gpu().supports_norm_fold(1, 16392, DType::BF16, wide));
   EXPECT_FALSE(gpu().supports_norm_fold(1, 1004, DType::BF16, small));
