@@ -86,9 +86,10 @@ int gemv_max_tokens(int64_t weight_elements, bool fp8_codes);
 
 // Whether folding the norms into the GEMVs pays at this many tokens, the largest weight of the layer being
 // largest_weight_elements. Not for FP8 codes of weights of kGemvFp8UnfoldedMinWeight elements or more at up to
-// kGemvFp8UnfoldedMaxTokens tokens: their grids are many waves of small CTAs, each paying the fold's reads and
-// epilogue (Qwen3-8B's FP8 batch 1 2.97 ms/token unfolded against 3.05 folded, batch 4 3.14 against 3.20, batch 16
-// 3.77 against 3.74; Qwen3-0.6B's batch 1 0.73 against 0.65; H200, docs/kernels/gemv.md).
+// kGemvFp8UnfoldedMaxTokens tokens, which measured faster unfolded (likely because their grids are many waves of
+// small CTAs, each paying the fold's reads and epilogue; not profiled): Qwen3-8B's FP8 batch 1 2.97 ms/token
+// unfolded against 3.05 folded, batch 4 3.14 against 3.20, batch 16 3.77 against 3.74; Qwen3-0.6B's batch 1 0.73
+// against 0.65 (H200, docs/kernels/gemv.md).
 inline constexpr int64_t kGemvFp8UnfoldedMinWeight = int64_t{16} << 20;
 inline constexpr int kGemvFp8UnfoldedMaxTokens = 4;
 constexpr bool gemv_norm_fold_pays(int64_t tokens, int64_t largest_weight_elements, bool fp8_codes) {
