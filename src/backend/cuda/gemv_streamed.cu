@@ -102,9 +102,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp == kComputeWarps) {  // the copying warp: weights are constant, so no wait for the previous kernel
     if (lane >= kRowsPerGroup) return;
+    // The stage's weight group and chunk are counted, not divided out of s: the division by a runtime chunk count
+    // sat between a stage's release and its next copy.
+    int chunk = -1, weight_group = 0;
     for (int s = 0; s < total; ++s) {
+      if (++chunk == chunks) chunk = 0, ++weight_group;
       const int slot = s % kStages, use = s / kStages;
-      const int weight_group = s / chunks, k0 = (s % chunks) * kChunkK;
+      const int k0 = chunk * kChunkK;
       const int group = first_group + weight_group / kHalves;
       const int row0 = weight_group % kHalves == 1 ? n + group * kRowsPerGroup : group * kRowsPerGroup;
       const uint32_t row_bytes = static_cast<uint32_t>(min(kChunkK, k - k0)) * 2;
@@ -152,10 +156,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   __nv_bfloat16 residual_in = __float2bfloat16_rn(0.0f);  // kAddResidual: loaded at the group's first stage
   __nv_bfloat16 norm_weight = residual_in;
   float accs[kAccumulators][4] = {};
+  int chunk = -1, weight_group = 0;  // counted, as the copying warp counts them
   for (int s = 0; s < total; ++s) {
+    if (++chunk == chunks) chunk = 0, ++weight_group;
     const int slot = s % kStages, use = s / kStages;
-    const int chunk = s % chunks, k0 = chunk * kChunkK, chunk_k = min(kChunkK, k - k0);
-    const int weight_group = s / chunks, group = first_group + weight_group / kHalves;
+    const int k0 = chunk * kChunkK, chunk_k = min(kChunkK, k - k0);
+    const int group = first_group + weight_group / kHalves;
     const int out_row = group * kRowsPerGroup + group_row;
     const bool stored = warp < kEpilogueWarps && token < tokens && out_row < n;
     if constexpr (kNorm == NormFold::kAddResidual) {
