@@ -45,6 +45,7 @@ void bind_engine_config(py::module_& m) {
   bind_field(cls, fields, "cpu_kvcache_space_gib", &EngineConfig::cpu_kvcache_space_gib);
   bind_field(cls, fields, "kv_cache_dtype", &EngineConfig::kv_cache_dtype);
   bind_field(cls, fields, "enable_prefix_caching", &EngineConfig::enable_prefix_caching);
+  bind_field(cls, fields, "async_scheduling", &EngineConfig::async_scheduling);
   bind_field(cls, fields, "seed", &EngineConfig::seed);
   bind_field(cls, fields, "quantization", &EngineConfig::quantization);
   cls.def_property(

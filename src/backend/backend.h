@@ -97,6 +97,15 @@ class OpGraph {
   virtual void replay() = 0;
 };
 
+// A point in a backend's queue of work (a CUDA event): record() marks everything enqueued so far, wait() returns
+// once all of it has run. Lets the host wait for one step's results while a later step is already queued.
+class QueueMark {
+ public:
+  virtual ~QueueMark() = default;
+  virtual void record() = 0;
+  virtual void wait() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -114,6 +123,12 @@ class Backend {
   // a later synchronize() or download() has returned.
   virtual void upload_async(const void* host, void* dst, size_t bytes) = 0;
   virtual void download(const void* src, void* host, size_t bytes) = 0;
+  // Enqueues a copy into allocate_host() memory and returns at once: read the bytes after a QueueMark recorded
+  // later has been waited for (or after synchronize()).
+  virtual void download_async(const void* src, void* host, size_t bytes) = 0;
+  // Enqueues a copy between two buffers of this backend, in queue order with the ops around it.
+  virtual void copy_device(const void* src, void* dst, size_t bytes) = 0;
+  virtual std::unique_ptr<QueueMark> create_mark() = 0;
   virtual void synchronize() = 0;
   // Copies numel host elements of src_dtype (F32, BF16 or F16) into dst, converting to compute_dtype().
   virtual void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) = 0;

@@ -159,6 +159,7 @@ std::vector<RequestDelta> LLMEngine::step_deltas() {
     detokenize(batch, out.sampled);
     last_step_.host_before_launch = std::chrono::duration<double>(out.launched - start).count();
     last_step_.sampled_on_shards = out.sampled_on_shards;
+    last_step_.launched_early = out.launched_early;
     last_step_.is_prefill = batch.has_prefill();
     last_step_.num_tokens = batch.has_prefill() ? batch.num_tokens : static_cast<int>(batch.items.size());
     last_step_.num_decode_rows = batch.num_decode_rows;

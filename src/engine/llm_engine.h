@@ -30,10 +30,12 @@ struct StepStats {
   int num_tokens = 0;       // tokens computed (prefill) or sequences decoded
   int num_decode_rows = 0;  // sequences that took one decode token; in a prefill step: a mixed step
   double seconds = 0.0;
-  // Host work with the device idle (the engine is synchronous): before the model was launched (scheduling,
-  // metadata) and after run() returned (postprocessing, detokenizing).
+  // Host work: before the model was launched (scheduling, metadata; for a step launched early, its scheduling
+  // only) and after run() returned (postprocessing, detokenizing). The device idles through it unless the next
+  // step was launched early.
   double host_before_launch = 0.0, host_after_run = 0.0;
   bool sampled_on_shards = false;  // tensor parallelism: tokens were sampled where the logits are
+  bool launched_early = false;     // asynchronous scheduling: launched during the previous step
 };
 
 // What the progress bar is told of a step: its stats and the requests step() returned as finished in it.

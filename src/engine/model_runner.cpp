@@ -47,9 +47,20 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
   allocate_kv_cache(config.fp8_kv_cache() ? load_kv_cache_scales(weights, model_config) : std::vector<KvCacheScale>{});
   warmup();
   if (!config.enforce_eager && backend_->can_capture_graphs()) capture_graphs();
+  async_scheduling_ = config.async_scheduling && comm_ == nullptr;
+  if (async_scheduling_) {
+    sampled_host_ = backend_->allocate_host(2 * static_cast<size_t>(max_logits_rows) * sizeof(int32_t));
+    for (auto& mark : sampled_) mark = backend_->create_mark();
+  }
 }
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+  try {
+    drop_early();  // its work reads buffers freed below
+  } catch (...) {
+    // nothing to do: no throwing from a destructor
+  }
+}
 
 DType ModelRunner::kv_cache_dtype() const {
   return config_.fp8_kv_cache() ? DType::F8_E4M3 : backend_->compute_dtype();
@@ -175,6 +186,8 @@ void ModelRunner::capture_graphs() {
 
 StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   if (batch.items.empty()) return {};
+  if (async_scheduling_ && is_plain_decode(batch)) return run_plain(batch);
+  drop_early();
   const StepShape shape = fill_metadata(batch);
   // Every decode sequence samples, so a graph's logits rows are those of the batch.
   const int bucket = shape.decode_only && graphs_ ? graphs_->bucket_for(shape.num_seqs) : 0;
@@ -232,16 +245,18 @@ void ModelRunner::fill_sampling_row(int r, int token_row, const SamplingParams& 
   meta_->sample_step()[r] = step;  // index the sampled token will have
 }
 
-std::chrono::steady_clock::time_point ModelRunner::launch(const StepShape& shape, int bucket) {
+std::chrono::steady_clock::time_point ModelRunner::launch(const StepShape& shape, int bucket,
+                                                          const void* device_input_ids) {
+  if (bucket > 0) pad_decode_rows(shape.num_seqs, bucket);
+  meta_->upload(bucket > 0 ? bucket : shape.num_seqs);
+  if (device_input_ids != nullptr)
+    backend_->copy_device(device_input_ids, meta_->input_ids_tensor(shape.num_tokens).data,
+                          static_cast<size_t>(shape.num_tokens) * sizeof(int32_t));
+  const auto launched = std::chrono::steady_clock::now();
   if (bucket > 0) {
-    pad_decode_rows(shape.num_seqs, bucket);
-    meta_->upload(bucket);
-    const auto launched = std::chrono::steady_clock::now();
     graphs_->replay(bucket);
     return launched;
   }
-  meta_->upload(shape.num_seqs);
-  const auto launched = std::chrono::steady_clock::now();
   model_->forward(step_tensors(shape), kv_cache_);
   return launched;
 }

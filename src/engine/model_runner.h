@@ -6,6 +6,8 @@
 // its shard, and only rank 0's (the driver's) tokens and logprobs exist.
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -29,6 +31,8 @@ class ModelRunner {
   ~ModelRunner();
 
   // On ranks other than 0 the tokens and logprobs are empty (only launched and sampled_on_shards are set).
+  // With asynchronous scheduling a plain decode step may come back with its successor already launched, which
+  // the next run() adopts if it is the batch the scheduler then makes (async_scheduling.cpp).
   StepOutput run(const ScheduledBatch& batch);
 
   int num_kvcache_blocks() const { return num_kvcache_blocks_; }
@@ -63,11 +67,36 @@ class ModelRunner {
   // 32 took 1.52, H100.)
   void pad_decode_rows(int from, int to);
   // Uploads the metadata and launches the model: a replayed decode graph (bucket > 0) or the eager forward.
-  // Returns when the work was handed to the device.
-  std::chrono::steady_clock::time_point launch(const StepShape& shape, int bucket);
+  // Returns when the work was handed to the device. device_input_ids: the step's input ids are copied from there
+  // (a device buffer) after the upload instead.
+  std::chrono::steady_clock::time_point launch(const StepShape& shape, int bucket,
+                                               const void* device_input_ids = nullptr);
   // Device views of the step metadata for a step of this shape.
   StepTensors step_tensors(const StepShape& shape) const;
   size_t kv_block_bytes() const;
+
+  // --- Asynchronous scheduling (async_scheduling.cpp, docs/online_engine.md) ---
+  // A plain decode step in flight (every row samples with nothing but its token to report): its ids land in host
+  // slot `slot` once its mark is reached.
+  struct PlainStep {
+    int num_rows = 0;
+    int slot = 0;
+    std::chrono::steady_clock::time_point launched;
+    std::vector<std::pair<int64_t, int>> assumed;  // an early step: each row's (sequence id, position computed)
+  };
+  bool is_plain_decode(const ScheduledBatch& batch) const;
+  StepOutput run_plain(const ScheduledBatch& batch);
+  PlainStep start_plain(const ScheduledBatch& batch, int slot);
+  // Whether the step after `batch` is known before its ids are: the same sequences, each one token further, none
+  // finishing by length and none needing a new KV block.
+  bool next_step_is_known(const ScheduledBatch& batch) const;
+  // Launches that step, its input ids copied on the device from `batch`'s samples.
+  PlainStep start_next_early(const ScheduledBatch& batch, int slot);
+  bool is_assumed_batch(const PlainStep& early, const ScheduledBatch& batch) const;
+  // Waits for an early step no batch adopted (its slot is then free) and forgets it.
+  void drop_early();
+  StepOutput finish(const PlainStep& step);
+  int32_t* sampled_slot(int slot) const;  // host slot `slot` of sampled_host_
 
   EngineConfig config_;
   ModelConfig model_config_;
@@ -82,6 +111,10 @@ class ModelRunner {
   int num_kvcache_blocks_ = 0;
   size_t kv_cache_bytes_ = 0;
   std::unique_ptr<DecodeGraphs> graphs_;
+  bool async_scheduling_ = false;  // config.async_scheduling on a single rank
+  std::optional<PlainStep> early_;
+  Buffer sampled_host_;                    // two slots of max_num_seqs ids (pinned on CUDA)
+  std::unique_ptr<QueueMark> sampled_[2];  // recorded after each slot's copy
 };
 
 }  // namespace nanovllm

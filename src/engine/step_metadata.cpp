@@ -30,21 +30,25 @@ StepMetadata::StepMetadata(Backend& backend, const StepLimits& limits) : backend
   off_slot_mapping_ = take(4 * T);
   off_block_tables_ = take(4 * S * limits.max_blocks_per_seq);
   total_ = off;
-  host_storage_ = backend.allocate_host(total_);
+  host_storage_ = backend.allocate_host(2 * total_);
   host_ = static_cast<char*>(host_storage_.data());
-  std::memset(host_, 0, total_);
+  std::memset(host_, 0, 2 * total_);
+  for (auto& mark : uploaded_) mark = backend.create_mark();
   device_ = backend.allocate(total_);
 }
 
 void StepMetadata::begin_fill() {
-  if (upload_pending_) backend_.synchronize();
-  upload_pending_ = false;
+  area_ ^= 1;
+  host_ = static_cast<char*>(host_storage_.data()) + static_cast<size_t>(area_) * total_;
+  if (upload_pending_[area_]) uploaded_[area_]->wait();
+  upload_pending_[area_] = false;
 }
 
 void StepMetadata::upload(int num_seqs) {
   const size_t bytes = off_block_tables_ + 4 * static_cast<size_t>(num_seqs) * limits_.max_blocks_per_seq;
   backend_.upload_async(host_, device_.data(), bytes);
-  upload_pending_ = true;
+  uploaded_[area_]->record();
+  upload_pending_[area_] = true;
 }
 
 AttentionBatch StepMetadata::attention(int num_seqs, int max_seqlen_q, int max_seqlen_k, int block_size,

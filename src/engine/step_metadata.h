@@ -2,8 +2,10 @@
 // One step's flat metadata in a fixed layout: filled on the host (pinned memory for CUDA), copied to the
 // device in one asynchronous transfer, and viewed there as the tensors the model and sampler read. The
 // layout is sized for the largest step, so addresses never change (CUDA graphs replay them).
-// Call begin_fill() before rewriting the host arrays: the last upload may still be reading them.
+// The host arrays alternate between two areas, so a step can be filled while the previous step's upload is still
+// queued behind the device's work; begin_fill() switches areas and waits only for the upload of two fills ago.
 #include <cstdint>
+#include <memory>
 
 #include "backend/backend.h"
 
@@ -20,7 +22,7 @@ class StepMetadata {
  public:
   StepMetadata(Backend& backend, const StepLimits& limits);
 
-  // Waits until the last upload() has been read (nothing to wait for when the backend has synchronized since).
+  // Switches to the other host area, waiting until its last upload() has been read.
   void begin_fill();
 
   // Host-side arrays the runner fills; their capacities are the limits.
@@ -66,9 +68,11 @@ class StepMetadata {
   StepLimits limits_;
   size_t off_cu_seqlens_q_, off_seq_lens_k_, off_input_ids_, off_positions_, off_slot_mapping_, off_logits_rows_;
   size_t off_temperature_, off_top_k_, off_top_p_, off_min_p_, off_seed_, off_step_, off_block_tables_, total_;
-  bool upload_pending_ = false;
-  Buffer host_storage_;
-  char* host_ = nullptr;
+  Buffer host_storage_;   // two areas of total_ bytes
+  char* host_ = nullptr;  // the area being filled
+  int area_ = 0;
+  std::unique_ptr<QueueMark> uploaded_[2];  // recorded after each area's last upload
+  bool upload_pending_[2] = {false, false};
   Buffer device_;
 };
 

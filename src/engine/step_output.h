@@ -24,6 +24,8 @@ struct StepOutput {
   std::chrono::steady_clock::time_point launched;
   // Tensor parallelism: the rows were sampled on the vocabulary shards (only picks reached rank 0).
   bool sampled_on_shards = false;
+  // Asynchronous scheduling: the step was launched during the previous one, before its batch was scheduled.
+  bool launched_early = false;
 };
 
 }  // namespace nanovllm

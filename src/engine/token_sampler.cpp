@@ -76,6 +76,20 @@ void TokenSampler::run(const ScheduledBatch& batch, bool logits_ready, StepOutpu
   if (!p.prompt_rows.empty()) score_prompts(batch, p, out);
 }
 
+bool TokenSampler::samples_plainly(const ScheduledBatch& batch) const {
+  if (comm_ != nullptr || !driver_) return false;
+  const Plan p = plan(batch);
+  return p.num_samples == static_cast<int>(batch.items.size()) && p.bans.rows.empty() && !p.want_sample_logprobs &&
+         p.prompt_rows.empty();
+}
+
+void TokenSampler::enqueue_plain(int n, bool logits_ready, int32_t* host_ids) {
+  if (!logits_ready) compute_logits(n);
+  Tensor ids = sampled_buf_.view(DType::I32, {n});
+  backend_.sample(logits_view(n), meta_.sampler_inputs(n), ids);
+  backend_.download_async(ids.data, host_ids, static_cast<size_t>(n) * sizeof(int32_t));
+}
+
 TokenSampler::Plan TokenSampler::plan(const ScheduledBatch& batch) const {
   Plan p;
   int first_row = 0;  // the item's first token row in the step

@@ -34,6 +34,15 @@ class TokenSampler {
   // already (in a replayed decode graph).
   void run(const ScheduledBatch& batch, bool logits_ready, StepOutput& out);
 
+  // Whether every item of `batch` samples with nothing but its token to report: one rank, no logprobs, no bans,
+  // no prompt logprobs. Such a step can be sampled by enqueue_plain.
+  bool samples_plainly(const ScheduledBatch& batch) const;
+  // run()'s work for such a step of n sampling rows, enqueued: the ids land in host_ids (allocate_host memory,
+  // n entries) once the device has run what is queued now; nothing waits.
+  void enqueue_plain(int n, bool logits_ready, int32_t* host_ids);
+  // The device buffer the last sample wrote its n ids to (I32, row order), for a step that takes them as input.
+  const void* sampled_ids() const { return sampled_buf_.data(); }
+
  private:
   // (row, token) pairs: EOS and stop tokens of rows whose request has not reached min_tokens (vLLM's
   // semantics: they cannot be sampled yet).

@@ -29,20 +29,13 @@ bool is_complete_utf8(const std::string& s) {
   return true;
 }
 
-std::vector<int32_t> random_prompt(std::mt19937& rng, int length) {
-  std::uniform_int_distribution<int32_t> token(3, 511);
-  std::vector<int32_t> ids(length);
-  for (auto& id : ids) id = token(rng);
-  return ids;
-}
-
 class RequestDeltas : public testing::Test {
  protected:
   void SetUp() override {
     dir_ = test::tiny_model_with_tokenizer("nanovllm_request_deltas");
     if (dir_.empty()) GTEST_SKIP() << "no Qwen3 tokenizer files (scripts/fetch_tokenizer.sh)";
     std::mt19937 rng(5);
-    for (int length : {7, 50, 21}) prompts_.push_back(random_prompt(rng, length));
+    for (int length : {7, 50, 21}) prompts_.push_back(test::random_prompt(rng, length));
   }
   void TearDown() override {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);

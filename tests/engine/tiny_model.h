@@ -1,9 +1,12 @@
 #pragma once
 // The tiny golden checkpoint's config with random weights, for engine tests that run a real (small) model on
 // the CPU: alone (no tokenizer), or in a folder with the Qwen3 tokenizer files beside it.
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -24,6 +27,14 @@ inline EngineConfig tiny_config(int tensor_parallel_size = 1) {
   c.tensor_parallel_size = tensor_parallel_size;
   c.show_progress = false;
   return c;
+}
+
+// `length` token ids of the tiny model's vocabulary (512), none of them BOS or EOS.
+inline std::vector<int32_t> random_prompt(std::mt19937& rng, int length) {
+  std::uniform_int_distribution<int32_t> token(3, 511);
+  std::vector<int32_t> ids(length);
+  for (auto& id : ids) id = token(rng);
+  return ids;
 }
 
 // A folder `name`_<pid> in the temp dir with the tiny model's config.json and the Qwen3 tokenizer files

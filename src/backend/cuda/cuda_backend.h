@@ -56,6 +56,10 @@ class CudaBackend final : public Backend {
   Buffer allocate_host(size_t bytes) override;  // page-locked
   void upload_async(const void* host, void* dst, size_t bytes) override;
   void download(const void* src, void* host, size_t bytes) override;
+  // The host side must be pinned (allocate_host) and stay alive until a later mark's wait() or synchronize().
+  void download_async(const void* src, void* pinned_dst, size_t bytes) override;
+  void copy_device(const void* src, void* dst, size_t bytes) override;
+  std::unique_ptr<QueueMark> create_mark() override;
   void synchronize() override;
   void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) override;
   bool is_device() const override { return true; }
@@ -114,8 +118,6 @@ class CudaBackend final : public Backend {
   int device_index() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   size_t bytes_allocated() const;  // live bytes from allocate() of this backend
-  // Asynchronous copy on the stream; the host side must be pinned and stay alive until synchronize().
-  void download_async(const void* src, void* pinned_dst, size_t bytes);
   // Captures everything `enqueue` puts on the stream (no synchronising calls inside) and instantiates it.
   CudaGraph capture(const std::function<void()>& enqueue);
   void replay(const CudaGraph& graph);

@@ -147,6 +147,42 @@ TEST_P(CudaGoldenTest, PaddedDecodeGraphsMatchEagerSteps) {
   }
 }
 
+// Asynchronous scheduling on the GPU: a decode step's successor launched before the step's ids reach the host,
+// its input ids copied on the device, must give the tokens synchronous steps give, bit for bit (the same kernels
+// on the same inputs). Greedy and seeded sampled rows of different lengths, so that sequences leave the batch one
+// by one and early steps are both adopted and dropped; block size 16, so that some steps cannot be launched early.
+TEST_P(CudaGoldenTest, AsyncSchedulingMatchesSynchronousSteps) {
+  const std::vector<Prompt> fixture = fixture_prompts(fixture_);
+  struct Run {
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    int early_steps = 0;
+  };
+  auto run = [&](bool async_scheduling) {
+    EngineConfig c = config(16);
+    c.async_scheduling = async_scheduling;
+    LLMEngine engine(c);
+    for (int i = 0; i < 6; ++i) {
+      SamplingParams sp;
+      sp.ignore_eos = true;
+      sp.max_tokens = 12 + 9 * i;
+      sp.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+      if (i % 2 == 1) sp.seed = 100 + i;
+      engine.add_request(fixture[static_cast<size_t>(i) % fixture.size()], sp);
+    }
+    Run r;
+    while (!engine.is_finished()) {
+      for (RequestOutput& out : engine.step()) r.tokens[out.request_id] = std::move(out.token_ids);
+      if (engine.last_step().launched_early) ++r.early_steps;
+    }
+    return r;
+  };
+  const Run sync = run(false), async = run(true);
+  EXPECT_EQ(sync.early_steps, 0);
+  EXPECT_GT(async.early_steps, 20);
+  ASSERT_EQ(sync.tokens.size(), 6u);
+  EXPECT_EQ(async.tokens, sync.tokens);
+}
+
 // Mixed steps on the GPU: a prompt arrives every 4 steps while the earlier ones decode, under a 40-token budget,
 // so most steps carry decode rows and prompt chunks together (decode-first). Each request is held to the bounds
 // of the batch test against HF (prompt logprobs per token and on average, greedy tokens up to a near-tie); the
