@@ -98,7 +98,8 @@ class OpGraph {
 };
 
 // A point in a backend's queue of work (a CUDA event): record() marks everything enqueued so far, wait() returns
-// once all of it has run. Lets the host wait for one step's results while a later step is already queued.
+// once all of it has run (at once for a mark never recorded). Lets the host wait for one step's results while a
+// later step is already queued.
 class QueueMark {
  public:
   virtual ~QueueMark() = default;

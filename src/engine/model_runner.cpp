@@ -49,7 +49,7 @@ ModelRunner::ModelRunner(const EngineConfig& config, const ModelConfig& model_co
   if (!config.enforce_eager && backend_->can_capture_graphs()) capture_graphs();
   async_scheduling_ = config.async_scheduling && comm_ == nullptr;
   if (async_scheduling_) {
-    sampled_host_ = backend_->allocate_host(2 * static_cast<size_t>(max_logits_rows) * sizeof(int32_t));
+    sampled_host_ = backend_->allocate_host(2 * static_cast<size_t>(config_.max_num_seqs) * sizeof(int32_t));
     for (auto& mark : sampled_) mark = backend_->create_mark();
   }
 }
@@ -206,7 +206,7 @@ ModelRunner::StepShape ModelRunner::fill_metadata(const ScheduledBatch& batch) {
   for (int s = 0; s < shape.num_seqs; ++s) {
     const ScheduledSequence& item = batch.items[s];
     const int end = item.seq->num_computed_tokens + item.num_new_tokens;
-    shape.num_tokens = fill_sequence(s, item, shape.num_tokens);
+    shape.num_tokens = fill_sequence(s, *item.seq, item.seq->num_computed_tokens, end, shape.num_tokens);
     shape.max_seqlen_q = std::max(shape.max_seqlen_q, item.num_new_tokens);
     shape.max_seqlen_k = std::max(shape.max_seqlen_k, end);
     if (item.samples) fill_sampling_row(num_samples++, shape.num_tokens - 1, item.seq->params, end);
@@ -216,14 +216,12 @@ ModelRunner::StepShape ModelRunner::fill_metadata(const ScheduledBatch& batch) {
   return shape;
 }
 
-int ModelRunner::fill_sequence(int s, const ScheduledSequence& item, int first_row) {
+int ModelRunner::fill_sequence(int s, const Sequence& seq, int start, int end, int first_row) {
   const int bs = config_.kvcache_block_size;
   const int blocks_per_seq = meta_->limits().max_blocks_per_seq;
-  const Sequence& seq = *item.seq;
-  const int start = seq.num_computed_tokens, end = start + item.num_new_tokens;
   int t = first_row;
   for (int p = start; p < end; ++p, ++t) {
-    meta_->input_ids()[t] = seq.token_ids[p];
+    meta_->input_ids()[t] = p < seq.size() ? seq.token_ids[p] : 0;
     meta_->positions()[t] = p;
     meta_->slot_mapping()[t] = seq.block_table[p / bs] * bs + p % bs;
   }

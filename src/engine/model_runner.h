@@ -56,8 +56,9 @@ class ModelRunner {
   // The host metadata of the batch: tokens, positions, cache slots, block tables, and the logits row and
   // sampling controls of every item that samples.
   StepShape fill_metadata(const ScheduledBatch& batch);
-  // Sequence s's rows from token row `first_row` on; returns the row after its last.
-  int fill_sequence(int s, const ScheduledSequence& item, int first_row);
+  // Sequence s's rows for positions [start, end) from token row `first_row` on; returns the row after its last. A
+  // position past the sequence's tokens (an early step's, async_scheduling.cpp) gets its input id on the device.
+  int fill_sequence(int s, const Sequence& seq, int start, int end, int first_row);
   // Sampling row r: the logits of token row `token_row`, sampled with the request's controls as token `step`.
   void fill_sampling_row(int r, int token_row, const SamplingParams& sp, int step);
   // Fills token rows [from, to) of a decode step's metadata, and as many sequences, as padding up to a graph's

@@ -40,15 +40,13 @@ StepMetadata::StepMetadata(Backend& backend, const StepLimits& limits) : backend
 void StepMetadata::begin_fill() {
   area_ ^= 1;
   host_ = static_cast<char*>(host_storage_.data()) + static_cast<size_t>(area_) * total_;
-  if (upload_pending_[area_]) uploaded_[area_]->wait();
-  upload_pending_[area_] = false;
+  uploaded_[area_]->wait();
 }
 
 void StepMetadata::upload(int num_seqs) {
   const size_t bytes = off_block_tables_ + 4 * static_cast<size_t>(num_seqs) * limits_.max_blocks_per_seq;
   backend_.upload_async(host_, device_.data(), bytes);
   uploaded_[area_]->record();
-  upload_pending_[area_] = true;
 }
 
 AttentionBatch StepMetadata::attention(int num_seqs, int max_seqlen_q, int max_seqlen_k, int block_size,

@@ -72,7 +72,6 @@ class StepMetadata {
   char* host_ = nullptr;  // the area being filled
   int area_ = 0;
   std::unique_ptr<QueueMark> uploaded_[2];  // recorded after each area's last upload
-  bool upload_pending_[2] = {false, false};
   Buffer device_;
 };
 

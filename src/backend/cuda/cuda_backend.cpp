@@ -284,38 +284,31 @@ void CudaBackend::copy_device(const void* src, void* dst, size_t bytes) {
   NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
-namespace {
-// A CUDA event on the backend's stream (no timing: cheaper to record).
-class StreamMark final : public QueueMark {
+// No timing: cheaper to record. Waiting for an event never recorded returns at once, as QueueMark promises.
+class CudaBackend::StreamMark final : public QueueMark {
  public:
-  StreamMark(int device, cudaStream_t stream) : device_(device), stream_(stream) {
+  explicit StreamMark(const CudaBackend& backend) : backend_(backend) {
+    backend_.make_current();
     NANOVLLM_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
   }
   ~StreamMark() override {
-    cudaSetDevice(device_);  // no throwing from a destructor
+    cudaSetDevice(backend_.device_);  // no throwing from a destructor
     cudaEventDestroy(event_);
   }
   StreamMark(const StreamMark&) = delete;
   StreamMark& operator=(const StreamMark&) = delete;
   void record() override {
-    int current = -1;  // as CudaBackend::make_current: the stream belongs to device_
-    NANOVLLM_CUDA_CHECK(cudaGetDevice(&current));
-    if (current != device_) NANOVLLM_CUDA_CHECK(cudaSetDevice(device_));
-    NANOVLLM_CUDA_CHECK(cudaEventRecord(event_, stream_));
+    backend_.make_current();
+    NANOVLLM_CUDA_CHECK(cudaEventRecord(event_, backend_.stream_));
   }
   void wait() override { NANOVLLM_CUDA_CHECK(cudaEventSynchronize(event_)); }
 
  private:
-  int device_;
-  cudaStream_t stream_;
+  const CudaBackend& backend_;
   cudaEvent_t event_ = nullptr;
 };
-}  // namespace
 
-std::unique_ptr<QueueMark> CudaBackend::create_mark() {
-  make_current();
-  return std::make_unique<StreamMark>(device_, stream_);
-}
+std::unique_ptr<QueueMark> CudaBackend::create_mark() { return std::make_unique<StreamMark>(*this); }
 
 void CudaBackend::synchronize() {
   make_current();

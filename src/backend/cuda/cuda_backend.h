@@ -140,6 +140,7 @@ class CudaBackend final : public Backend {
   void check_sampler_inputs(const char* op, const Tensor& logits, const SamplerInputs& in, const Tensor& token_ids,
                             const char* token_name) const;
   void make_current() const;
+  class StreamMark;  // create_mark()'s QueueMark: a CUDA event on stream_
   // (Re)allocates the activation scratch of the block-scaled FP8 path for max_num_tokens rows of the widest K.
   void reserve_fp8_activations();
   // The shadow an FP8 cache's long-prompt prefill runs through (none for a bf16 cache or other GPUs).
