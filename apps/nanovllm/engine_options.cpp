@@ -29,9 +29,9 @@ void EngineOptions::add_to(CLI::App& cmd) {
       ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}))
       ->capture_default_str();
   cmd.add_flag("!--no-prefix-caching", config.enable_prefix_caching, "disable prefix caching");
-  cmd.add_flag("--async-scheduling", config.async_scheduling,
-               "launch a decode step before the last one's tokens reach the host when it is known (the same "
-               "sequences one token on); a finish by EOS or a stop, an abort or an arrival wastes a step");
+  cmd.add_flag("!--no-async-scheduling", config.async_scheduling,
+               "launch each decode step only after the last one's tokens reached the host (by default a decode "
+               "step whose successor is known, the same sequences one token on, launches it early)");
   cmd.add_option_function<std::string>(
          "--step-policy", [this](const std::string& name) { config.step_policy = parse_step_policy(name); },
          "decode-first (vLLM V1: steps mix decode and prefill rows) | prefill-first (nano-vLLM)")

@@ -35,9 +35,8 @@ struct EngineConfig {
   std::string kv_cache_dtype = "auto";
   bool enable_prefix_caching = true;
   // Launch a decode step's successor before its sampled ids reach the host, when the successor is known (the same
-  // sequences one token on), as vLLM's async_scheduling; one rank only. Off by default: a finish by EOS or a stop,
-  // an abort or an arrival then costs one decode step nobody uses (docs/online_engine.md).
-  bool async_scheduling = false;
+  // sequences one token on), as vLLM's async_scheduling; one rank only (docs/online_engine.md).
+  bool async_scheduling = true;
   StepPolicy step_policy = StepPolicy::DecodeFirst;
   bool load_dummy_weights = false;  // random weights from config.json alone (vLLM's load_format=dummy)
   // "" / "none": weights as the checkpoint stores them (an FP8 checkpoint loads as FP8); "fp8": the decoder

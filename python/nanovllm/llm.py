@@ -50,7 +50,7 @@ class LLM:
             ``max_model_len``, ``gpu_memory_utilization``, ``tensor_parallel_size``, ``enforce_eager``,
             ``kvcache_block_size``, ``num_kvcache_blocks``; and ``device`` ("auto" | "cpu" | "cuda"; auto
             takes the GPU where this build has CUDA and one is visible), ``seed``, ``enable_prefix_caching``,
-            ``async_scheduling`` (default False: a decode step whose successor is known launches it early),
+            ``async_scheduling`` (default True: a decode step whose successor is known launches it early),
             ``cpu_kvcache_space_gib``, ``kv_cache_dtype`` ("auto" | "fp8"), ``step_policy`` ("decode-first" |
             "prefill-first"), ``load_format`` ("auto" | "dummy"), ``quantization`` (None | "fp8": quantise the
             linear weights to block-scaled FP8 as they load; docs/fp8.md). Defaults: include/nanovllm/config.h.

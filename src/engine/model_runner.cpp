@@ -187,7 +187,15 @@ void ModelRunner::capture_graphs() {
 StepOutput ModelRunner::run(const ScheduledBatch& batch) {
   if (batch.items.empty()) return {};
   if (async_scheduling_ && is_plain_decode(batch)) return run_plain(batch);
+  if (early_ && batch.has_prefill() && batch.num_decode_rows > 0) {
+    const auto decode_rows = std::span(batch.items).first(static_cast<size_t>(batch.num_decode_rows));
+    if (auto rows = rows_in_early(decode_rows)) return run_chunks_beside_early(batch, *rows);
+  }
   drop_early();
+  return run_batch(batch);
+}
+
+StepOutput ModelRunner::run_batch(const ScheduledBatch& batch) {
   const StepShape shape = fill_metadata(batch);
   // Every decode sequence samples, so a graph's logits rows are those of the batch.
   const int bucket = shape.decode_only && graphs_ ? graphs_->bucket_for(shape.num_seqs) : 0;
@@ -244,12 +252,19 @@ void ModelRunner::fill_sampling_row(int r, int token_row, const SamplingParams& 
 }
 
 std::chrono::steady_clock::time_point ModelRunner::launch(const StepShape& shape, int bucket,
-                                                          const void* device_input_ids) {
+                                                          const std::vector<int>* sampled_id_rows) {
   if (bucket > 0) pad_decode_rows(shape.num_seqs, bucket);
   meta_->upload(bucket > 0 ? bucket : shape.num_seqs);
-  if (device_input_ids != nullptr)
-    backend_->copy_device(device_input_ids, meta_->input_ids_tensor(shape.num_tokens).data,
-                          static_cast<size_t>(shape.num_tokens) * sizeof(int32_t));
+  if (sampled_id_rows != nullptr) {
+    // One copy per run of consecutive rows: a single one unless sequences left the batch.
+    const auto* from = static_cast<const int32_t*>(sampler_->sampled_ids());
+    auto* to = static_cast<int32_t*>(meta_->input_ids_tensor(shape.num_tokens).data);
+    const std::vector<int>& rows = *sampled_id_rows;
+    for (size_t i = 0, end = 0; i < rows.size(); i = end) {
+      for (end = i + 1; end < rows.size() && rows[end] == rows[end - 1] + 1;) ++end;
+      backend_->copy_device(from + rows[i], to + i, (end - i) * sizeof(int32_t));
+    }
+  }
   const auto launched = std::chrono::steady_clock::now();
   if (bucket > 0) {
     graphs_->replay(bucket);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -68,10 +69,10 @@ class ModelRunner {
   // 32 took 1.52, H100.)
   void pad_decode_rows(int from, int to);
   // Uploads the metadata and launches the model: a replayed decode graph (bucket > 0) or the eager forward.
-  // Returns when the work was handed to the device. device_input_ids: the step's input ids are copied from there
-  // (a device buffer) after the upload instead.
+  // Returns when the work was handed to the device. sampled_id_rows: the step's input ids are copied on the device
+  // after the upload instead, row i's from row sampled_id_rows[i] of the sampler's last sample.
   std::chrono::steady_clock::time_point launch(const StepShape& shape, int bucket,
-                                               const void* device_input_ids = nullptr);
+                                               const std::vector<int>* sampled_id_rows = nullptr);
   // Device views of the step metadata for a step of this shape.
   StepTensors step_tensors(const StepShape& shape) const;
   size_t kv_block_bytes() const;
@@ -80,23 +81,31 @@ class ModelRunner {
   // A plain decode step in flight (every row samples with nothing but its token to report): its ids land in host
   // slot `slot` once its mark is reached.
   struct PlainStep {
-    int num_rows = 0;
     int slot = 0;
     std::chrono::steady_clock::time_point launched;
     std::vector<std::pair<int64_t, int>> assumed;  // an early step: each row's (sequence id, position computed)
   };
+  // The synchronous path: fills, launches and samples the batch, and waits for its outputs.
+  StepOutput run_batch(const ScheduledBatch& batch);
   bool is_plain_decode(const ScheduledBatch& batch) const;
   StepOutput run_plain(const ScheduledBatch& batch);
   PlainStep start_plain(const ScheduledBatch& batch, int slot);
   // Whether the step after `batch` is known before its ids are: the same sequences, each one token further, none
   // finishing by length and none needing a new KV block.
   bool next_step_is_known(const ScheduledBatch& batch) const;
-  // Launches that step, its input ids copied on the device from `batch`'s samples.
-  PlainStep start_next_early(const ScheduledBatch& batch, int slot);
-  bool is_assumed_batch(const PlainStep& early, const ScheduledBatch& batch) const;
+  // Launches that step, its input ids copied on the device from the samples of the step in flight: row i's from
+  // that step's row id_rows[i].
+  PlainStep start_next_early(const ScheduledBatch& batch, const std::vector<int>& id_rows, int slot);
+  // Where decode rows `items` are among the early step's rows (each a row computing the same position, in the same
+  // order, rows of sequences that left in between skipped); nullopt if some item is not there.
+  std::optional<std::vector<int>> rows_in_early(std::span<const ScheduledSequence> items) const;
+  // A mixed step whose decode rows the early step computed (at `rows`): its prompt chunks run as a step of their
+  // own, and the decode rows take the early step's tokens.
+  StepOutput run_chunks_beside_early(const ScheduledBatch& batch, const std::vector<int>& rows);
   // Waits for an early step no batch adopted (its slot is then free) and forgets it.
   void drop_early();
-  StepOutput finish(const PlainStep& step);
+  // The step's sampled ids of `rows`, in that order.
+  StepOutput finish(const PlainStep& step, const std::vector<int>& rows);
   int32_t* sampled_slot(int slot) const;  // host slot `slot` of sampled_host_
 
   EngineConfig config_;

@@ -4,7 +4,9 @@
 // tokens and finish reason with and without it, and with it some steps must have been launched early.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -25,7 +27,10 @@ struct Outcome {
   std::vector<int64_t> ids;  // the script's requests' ids, in script order
   std::map<int64_t, RequestOutput> outputs;
   int steps = 0;
-  int early_steps = 0;  // steps launched during the one before
+  int early_steps = 0;          // steps launched during the one before
+  std::vector<bool> early;      // per step: launched during the one before
+  std::vector<bool> mixed;      // per step: decode rows and prompt chunks
+  std::map<int64_t, int> done;  // request id -> the step that returned its output
 };
 
 EngineConfig config(bool async_scheduling) {
@@ -50,11 +55,33 @@ Outcome run(bool async_scheduling, const std::vector<ScriptedRequest>& script) {
       adds_left = adds_left || script[i].add_at_step > step;
     }
     if (engine.is_finished() && !adds_left) break;
-    for (RequestOutput& out : engine.step()) o.outputs[out.request_id] = std::move(out);
+    for (RequestOutput& out : engine.step()) {
+      o.done[out.request_id] = o.steps;
+      o.outputs[out.request_id] = std::move(out);
+    }
+    const StepStats& stats = engine.last_step();
+    o.early.push_back(stats.launched_early);
+    o.mixed.push_back(stats.is_prefill && stats.num_decode_rows > 0);
     ++o.steps;
-    if (engine.last_step().launched_early) ++o.early_steps;
+    if (stats.launched_early) ++o.early_steps;
   }
   return o;
+}
+
+// The same tokens with logprobs within float rounding: prompt chunks that ran beside decode rows synchronously run
+// alone when an early step computed those rows, and the CPU's sums differ in the last bits with the batch.
+void expect_close(const std::optional<std::vector<PositionLogprobs>>& got,
+                  const std::optional<std::vector<PositionLogprobs>>& expected, int64_t id) {
+  ASSERT_EQ(got.has_value(), expected.has_value()) << "request " << id;
+  if (!got) return;
+  ASSERT_EQ(got->size(), expected->size()) << "request " << id;
+  for (size_t p = 0; p < got->size(); ++p) {
+    ASSERT_EQ((*got)[p].size(), (*expected)[p].size()) << "request " << id << " position " << p;
+    for (size_t k = 0; k < (*got)[p].size(); ++k) {
+      EXPECT_EQ((*got)[p][k].first, (*expected)[p][k].first) << "request " << id << " position " << p;
+      EXPECT_NEAR((*got)[p][k].second, (*expected)[p][k].second, 1e-4) << "request " << id << " position " << p;
+    }
+  }
 }
 
 SamplingParams greedy(int max_tokens) {
@@ -117,6 +144,7 @@ TEST(AsyncScheduling, GivesEveryRequestWhatSynchronousStepsGive) {
     if (got.logprobs && expected.logprobs) {
       EXPECT_EQ(got.logprobs->size(), expected.logprobs->size());
     }
+    expect_close(got.prompt_logprobs, expected.prompt_logprobs, id);
   }
   EXPECT_EQ(sync.outputs.at(sync.ids[3]).finish_reason, "stop");  // the script hits what it was written for
   EXPECT_EQ(sync.outputs.at(sync.ids[5]).finish_reason, "abort");
@@ -135,6 +163,57 @@ TEST(AsyncScheduling, LaunchesSteadyDecodeStepsEarly) {
   for (size_t i = 0; i < script.size(); ++i) {
     EXPECT_EQ(sync.outputs.at(sync.ids[i]).token_ids, o.outputs.at(o.ids[i]).token_ids);
   }
+}
+
+// An early step is still used when sequences leave the batch or prompts join it: the step after a finish by a stop
+// token runs the other rows' tokens computed early, and so does the step an abort shows in, and the steps where
+// arrivals' prompt chunks join the decode rows (those run as a step of their own beside them).
+TEST(AsyncScheduling, AdoptsStepsThatSequencesLeftOrPromptsJoined) {
+  std::mt19937 rng(5);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(test::random_prompt(rng, 8));  // block boundaries in step
+  const Outcome alone = run(false, {{prompts[1], greedy(30)}});
+  const std::vector<int32_t>& greedy_tokens = alone.outputs.begin()->second.token_ids;
+  // The first token from the 9th on that the run has not sampled before (the tiny model repeats itself): the
+  // stop comes in step 9 or later, before the block boundary of step 24.
+  size_t stop_at = 8;
+  while (stop_at < greedy_tokens.size() &&
+         std::count(greedy_tokens.begin(), greedy_tokens.begin() + stop_at, greedy_tokens[stop_at]) > 0)
+    ++stop_at;
+  ASSERT_LT(stop_at, 24u);
+  SamplingParams stops = greedy(40);
+  stops.ignore_eos = false;
+  stops.stop_token_ids = {greedy_tokens[stop_at]};
+  SamplingParams seeded = greedy(40);
+  seeded.temperature = 0.9f;
+  seeded.seed = 3;
+  const std::vector<ScriptedRequest> script = {
+      {prompts[0], greedy(40)},    {prompts[1], stops},
+      {prompts[2], seeded},        {prompts[3], greedy(40), 0, 17},                 // aborted in step 17
+      {prompts[4], greedy(20), 4}, {test::random_prompt(rng, 100), greedy(5), 19},  // a 100-token prompt in chunks
+  };
+  const Outcome sync = run(false, script);
+  const Outcome async = run(true, script);
+  ASSERT_EQ(sync.outputs.size(), script.size());
+  ASSERT_EQ(async.outputs.size(), script.size());
+  for (const auto& [id, expected] : sync.outputs) {
+    EXPECT_EQ(async.outputs.at(id).token_ids, expected.token_ids) << "request " << id;
+    EXPECT_EQ(async.outputs.at(id).finish_reason, expected.finish_reason) << "request " << id;
+  }
+  ASSERT_EQ(sync.outputs.at(sync.ids[1]).finish_reason, "stop");
+  ASSERT_EQ(sync.outputs.at(sync.ids[3]).finish_reason, "abort");
+  const int stop_step = async.done.at(async.ids[1]);
+  EXPECT_TRUE(async.early.at(static_cast<size_t>(stop_step) + 1)) << "the step after the stop, " << stop_step + 1;
+  const int abort_step = async.done.at(async.ids[3]);
+  EXPECT_EQ(abort_step, 17);
+  EXPECT_TRUE(async.early.at(static_cast<size_t>(abort_step))) << "the step without the aborted row";
+  int mixed = 0, mixed_early = 0;
+  for (size_t i = 0; i < async.early.size(); ++i) {
+    mixed += async.mixed[i] ? 1 : 0;
+    mixed_early += async.mixed[i] && async.early[i] ? 1 : 0;
+  }
+  EXPECT_GE(mixed, 3);  // the arrivals' chunks beside decode rows (64-token budget)
+  EXPECT_GE(mixed_early, 2) << "of " << mixed << " mixed steps";
 }
 
 }  // namespace

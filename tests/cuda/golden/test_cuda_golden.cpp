@@ -183,6 +183,43 @@ TEST_P(CudaGoldenTest, AsyncSchedulingMatchesSynchronousSteps) {
   EXPECT_EQ(async.tokens, sync.tokens);
 }
 
+// Sequences leaving an early step's batch: aborts take 7 decoding rows to 6, then 5, all in the bucket of 8, so the
+// rows left compute in the same graph either way and must match synchronous steps bit for bit; the steps the aborts
+// show in use the early step's other rows.
+TEST_P(CudaGoldenTest, AsyncSchedulingDropsOnlyTheRowsThatLeft) {
+  const std::vector<Prompt> fixture = fixture_prompts(fixture_);
+  struct Run {
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    std::vector<bool> early;
+  };
+  const std::map<int, int> abort_at = {{9, 2}, {14, 5}};  // step -> request index
+  auto run = [&](bool async_scheduling) {
+    EngineConfig c = config(16);
+    c.async_scheduling = async_scheduling;
+    LLMEngine engine(c);
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 7; ++i) {
+      SamplingParams sp;
+      sp.ignore_eos = true;
+      sp.max_tokens = 40;
+      sp.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+      if (i % 2 == 1) sp.seed = 200 + i;
+      ids.push_back(engine.add_request(fixture[static_cast<size_t>(i) % fixture.size()], sp));
+    }
+    Run r;
+    for (int step = 0; !engine.is_finished(); ++step) {
+      if (abort_at.contains(step)) engine.abort(ids[static_cast<size_t>(abort_at.at(step))]);
+      for (RequestOutput& out : engine.step()) r.tokens[out.request_id] = std::move(out.token_ids);
+      r.early.push_back(engine.last_step().launched_early);
+    }
+    return r;
+  };
+  const Run sync = run(false), async = run(true);
+  ASSERT_EQ(sync.tokens.size(), 7u);
+  EXPECT_EQ(async.tokens, sync.tokens);
+  for (const auto& [step, request] : abort_at) EXPECT_TRUE(async.early.at(static_cast<size_t>(step))) << step;
+}
+
 // Mixed steps on the GPU: a prompt arrives every 4 steps while the earlier ones decode, under a 40-token budget,
 // so most steps carry decode rows and prompt chunks together (decode-first). Each request is held to the bounds
 // of the batch test against HF (prompt logprobs per token and on average, greedy tokens up to a near-tie); the
