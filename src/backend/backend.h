@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/tensor.h"
@@ -65,7 +66,38 @@ struct SamplerInputs {
   Tensor min_p;        // F32 [R]; 0 = off
   Tensor seed;         // I64 [R]; the request's seed
   Tensor step;         // I32 [R]; position of the token being sampled (a fresh random stream per step)
+  // False when the caller knows that no row has top_k or top_p on at a temperature above 0: a backend may then
+  // skip the work that serves such rows (on CUDA a kernel launch, on the chain between two decode steps).
+  bool any_top_k_or_top_p = true;
 };
+
+// A byte range at the same offset of a host area and of a device buffer (Backend::upload_ranges).
+struct CopyRange {
+  size_t offset = 0;
+  size_t bytes = 0;  // a multiple of 4
+};
+
+// Input ids that come from a device buffer rather than from the host (Backend::upload_ranges): in range
+// `range`, an I32 word that holds -1 - r on the host is written as ids[r].
+struct DeviceIdSource {
+  int range = -1;
+  const int32_t* ids = nullptr;  // null: no word is replaced
+};
+
+// What Backend::upload_ranges requires of its arguments; `op` names the caller in the error.
+inline void check_upload_ranges(const std::string& op, const std::vector<CopyRange>& ranges, const DeviceIdSource& from,
+                                size_t max_ranges) {
+  if (ranges.size() > max_ranges)
+    throw EngineError(op + ": " + std::to_string(ranges.size()) + " ranges, at most " + std::to_string(max_ranges));
+  for (const CopyRange& r : ranges) {
+    if (r.offset % 16 != 0 || r.bytes % 4 != 0)
+      throw EngineError(op + ": range at " + std::to_string(r.offset) + " of " + std::to_string(r.bytes) +
+                        " bytes is not 16-byte aligned with whole words");
+  }
+  if (from.ids != nullptr && (from.range < 0 || from.range >= static_cast<int>(ranges.size())))
+    throw EngineError(op + ": device ids for range " + std::to_string(from.range) + " of " +
+                      std::to_string(ranges.size()));
+}
 
 // The largest step the runner will ever ask for; backends size their workspaces from it once, up front
 // (no allocation may happen later: CUDA graphs replay fixed addresses).
@@ -127,8 +159,14 @@ class Backend {
   // Enqueues a copy into allocate_host() memory and returns at once: read the bytes after a QueueMark recorded
   // later has been waited for (or after synchronize()).
   virtual void download_async(const void* src, void* host, size_t bytes) = 0;
-  // Enqueues a copy between two buffers of this backend, in queue order with the ops around it.
-  virtual void copy_device(const void* src, void* dst, size_t bytes) = 0;
+  // Enqueues the copy of `ranges` (at most kMaxUploadRanges, each 16-byte aligned) of the allocate_host() area
+  // `host` to the same offsets of `dst` as one operation, with the words `from` names taken from the device, and
+  // returns at once; the host bytes must stay unchanged as for upload_async(). A step's metadata in one go: on CUDA
+  // one kernel reading the pinned area, where a copy a range (or one copy over the gaps) paid a copy engine's start
+  // each.
+  static constexpr int kMaxUploadRanges = 16;
+  virtual void upload_ranges(const void* host, void* dst, const std::vector<CopyRange>& ranges,
+                             const DeviceIdSource& from) = 0;
   virtual std::unique_ptr<QueueMark> create_mark() = 0;
   virtual void synchronize() = 0;
   // Copies numel host elements of src_dtype (F32, BF16 or F16) into dst, converting to compute_dtype().

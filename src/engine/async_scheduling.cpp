@@ -1,7 +1,7 @@
 // Asynchronous scheduling: ModelRunner launches a plain decode step's successor before the step's sampled ids reach
 // the host, so the device does not idle while the host reads them, applies them and schedules again
 // (docs/online_engine.md, "Asynchronous scheduling"). The successor assumes the same sequences, each one
-// token further, with the input ids copied on the device from the step's samples. The next run() adopts it when the
+// token further, with the input ids taken on the device from the step's samples. The next run() adopts it when the
 // scheduler's decode rows are among its rows: sequences that finished, were aborted or preempted in between only
 // have their tokens dropped, and prompt chunks scheduled beside the decode rows run as a step of their own. A batch
 // of anything else drops it. Dropping a step or a row is safe by queue order: the early step wrote only each
@@ -93,12 +93,13 @@ ModelRunner::PlainStep ModelRunner::start_next_early(const ScheduledBatch& batch
     const Sequence& seq = *batch.items[r].seq;
     const int pos = seq.size();
     fill_sequence(r, seq, pos, pos + 1, r);
+    meta_->input_ids()[r] = -1 - id_rows[static_cast<size_t>(r)];  // the upload takes it from that sampled row
     fill_sampling_row(r, r, seq.params, pos + 1);
     shape.max_seqlen_k = std::max(shape.max_seqlen_k, pos + 1);
     step.assumed.emplace_back(seq.seq_id, pos);
   }
   const int bucket = graphs_ ? graphs_->bucket_for(shape.num_seqs) : 0;
-  step.launched = launch(shape, bucket, &id_rows);
+  step.launched = launch(shape, bucket, static_cast<const int32_t*>(sampler_->sampled_ids()));
   sampler_->enqueue_plain(shape.num_seqs, bucket > 0, sampled_slot(slot));
   sampled_[slot]->record();
   return step;

@@ -140,7 +140,7 @@ void ModelRunner::warmup() {
     for (int b = 0; b < blocks_per_seq; ++b)
       meta_->block_tables()[s * blocks_per_seq + b] = (s * blocks_per_seq + b) % num_kvcache_blocks_;
   }
-  meta_->upload(num_seqs);
+  meta_->upload(num_seqs, t);
   model_->forward(step_tensors({t, num_seqs, len, len, false}), kv_cache_);
   backend_->synchronize();
 }
@@ -177,7 +177,7 @@ void ModelRunner::capture_graphs() {
   meta_->begin_fill();
   meta_->cu_seqlens_q()[0] = 0;
   pad_decode_rows(0, max_bs);
-  meta_->upload(max_bs);
+  meta_->upload(max_bs, max_bs);
   graphs_ = std::make_unique<DecodeGraphs>(*backend_, DecodeGraphs::buckets_up_to(max_bs), [this](int b) {
     model_->forward(step_tensors({b, b, 1, config_.max_model_len, true}), kv_cache_);
     sampler_->compute_logits(b);
@@ -249,22 +249,13 @@ void ModelRunner::fill_sampling_row(int r, int token_row, const SamplingParams& 
   meta_->min_p()[r] = sp.min_p;
   meta_->seed()[r] = static_cast<int64_t>(sp.seed.value_or(0));
   meta_->sample_step()[r] = step;  // index the sampled token will have
+  if (sp.temperature > 0.0f && (sp.top_k > 0 || sp.top_p < 1.0f)) meta_->note_top_k_or_top_p();
 }
 
 std::chrono::steady_clock::time_point ModelRunner::launch(const StepShape& shape, int bucket,
-                                                          const std::vector<int>* sampled_id_rows) {
+                                                          const int32_t* device_input_ids) {
   if (bucket > 0) pad_decode_rows(shape.num_seqs, bucket);
-  meta_->upload(bucket > 0 ? bucket : shape.num_seqs);
-  if (sampled_id_rows != nullptr) {
-    // One copy per run of consecutive rows: a single one unless sequences left the batch.
-    const auto* from = static_cast<const int32_t*>(sampler_->sampled_ids());
-    auto* to = static_cast<int32_t*>(meta_->input_ids_tensor(shape.num_tokens).data);
-    const std::vector<int>& rows = *sampled_id_rows;
-    for (size_t i = 0, end = 0; i < rows.size(); i = end) {
-      for (end = i + 1; end < rows.size() && rows[end] == rows[end - 1] + 1;) ++end;
-      backend_->copy_device(from + rows[i], to + i, (end - i) * sizeof(int32_t));
-    }
-  }
+  meta_->upload(bucket > 0 ? bucket : shape.num_seqs, bucket > 0 ? bucket : shape.num_tokens, device_input_ids);
   const auto launched = std::chrono::steady_clock::now();
   if (bucket > 0) {
     graphs_->replay(bucket);

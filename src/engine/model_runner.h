@@ -58,7 +58,8 @@ class ModelRunner {
   // sampling controls of every item that samples.
   StepShape fill_metadata(const ScheduledBatch& batch);
   // Sequence s's rows for positions [start, end) from token row `first_row` on; returns the row after its last. A
-  // position past the sequence's tokens (an early step's, async_scheduling.cpp) gets its input id on the device.
+  // position past the sequence's tokens (an early step's, async_scheduling.cpp) gets input id 0 here, which the
+  // early step replaces.
   int fill_sequence(int s, const Sequence& seq, int start, int end, int first_row);
   // Sampling row r: the logits of token row `token_row`, sampled with the request's controls as token `step`.
   void fill_sampling_row(int r, int token_row, const SamplingParams& sp, int step);
@@ -69,10 +70,10 @@ class ModelRunner {
   // 32 took 1.52, H100.)
   void pad_decode_rows(int from, int to);
   // Uploads the metadata and launches the model: a replayed decode graph (bucket > 0) or the eager forward.
-  // Returns when the work was handed to the device. sampled_id_rows: the step's input ids are copied on the device
-  // after the upload instead, row i's from row sampled_id_rows[i] of the sampler's last sample.
+  // Returns when the work was handed to the device. device_input_ids: input ids written as -1 - r on the host take
+  // row r of it (StepMetadata::upload).
   std::chrono::steady_clock::time_point launch(const StepShape& shape, int bucket,
-                                               const std::vector<int>* sampled_id_rows = nullptr);
+                                               const int32_t* device_input_ids = nullptr);
   // Device views of the step metadata for a step of this shape.
   StepTensors step_tensors(const StepShape& shape) const;
   size_t kv_block_bytes() const;
@@ -93,7 +94,7 @@ class ModelRunner {
   // Whether the step after `batch` is known before its ids are: the same sequences, each one token further, none
   // finishing by length and none needing a new KV block.
   bool next_step_is_known(const ScheduledBatch& batch) const;
-  // Launches that step, its input ids copied on the device from the samples of the step in flight: row i's from
+  // Launches that step, its input ids taken on the device from the samples of the step in flight: row i's from
   // that step's row id_rows[i].
   PlainStep start_next_early(const ScheduledBatch& batch, const std::vector<int>& id_rows, int slot);
   // Where decode rows `items` are among the early step's rows (each a row computing the same position, in the same

@@ -1,6 +1,7 @@
 #include "engine/step_metadata.h"
 
 #include <cstring>
+#include <vector>
 
 namespace nanovllm {
 
@@ -35,17 +36,26 @@ StepMetadata::StepMetadata(Backend& backend, const StepLimits& limits) : backend
   std::memset(host_, 0, 2 * total_);
   for (auto& mark : uploaded_) mark = backend.create_mark();
   device_ = backend.allocate(total_);
+  backend.upload(host_, device_.data(), total_);  // rows no step has written yet read as zeros
 }
 
 void StepMetadata::begin_fill() {
   area_ ^= 1;
+  any_top_k_or_top_p_ = false;
   host_ = static_cast<char*>(host_storage_.data()) + static_cast<size_t>(area_) * total_;
   uploaded_[area_]->wait();
 }
 
-void StepMetadata::upload(int num_seqs) {
-  const size_t bytes = off_block_tables_ + 4 * static_cast<size_t>(num_seqs) * limits_.max_blocks_per_seq;
-  backend_.upload_async(host_, device_.data(), bytes);
+void StepMetadata::upload(int num_seqs, int num_tokens, const int32_t* device_input_ids) {
+  const size_t s = num_seqs, t = num_tokens;
+  const std::vector<CopyRange> ranges = {
+      {off_input_ids_, 4 * t},  // first: DeviceIdSource's range 0
+      {off_positions_, 4 * t},  {off_slot_mapping_, 4 * t}, {off_cu_seqlens_q_, 4 * (s + 1)},
+      {off_seq_lens_k_, 4 * s}, {off_temperature_, 4 * s},  {off_top_k_, 4 * s},
+      {off_top_p_, 4 * s},      {off_min_p_, 4 * s},        {off_seed_, 8 * s},
+      {off_step_, 4 * s},       {off_logits_rows_, 4 * s},  {off_block_tables_, 4 * s * limits_.max_blocks_per_seq},
+  };
+  backend_.upload_ranges(host_, device_.data(), ranges, {0, device_input_ids});
   uploaded_[area_]->record();
 }
 
@@ -74,6 +84,7 @@ SamplerInputs StepMetadata::sampler_inputs(int rows) const {
   s.min_p = device_at(off_min_p_, DType::F32, rows);
   s.seed = device_at(off_seed_, DType::I64, rows);
   s.step = device_at(off_step_, DType::I32, rows);
+  s.any_top_k_or_top_p = any_top_k_or_top_p_;
   return s;
 }
 

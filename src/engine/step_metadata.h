@@ -24,6 +24,8 @@ class StepMetadata {
 
   // Switches to the other host area, waiting until its last upload() has been read.
   void begin_fill();
+  // A sampling row of this fill has top_k or top_p on at a temperature above 0 (sampler_inputs() says so).
+  void note_top_k_or_top_p() { any_top_k_or_top_p_ = true; }
 
   // Host-side arrays the runner fills; their capacities are the limits.
   int32_t* input_ids() { return host_i32(off_input_ids_); }
@@ -40,9 +42,10 @@ class StepMetadata {
   int64_t* seed() { return reinterpret_cast<int64_t*>(host_ + off_seed_); }
   int32_t* sample_step() { return host_i32(off_step_); }
 
-  // Enqueues a copy of the first num_seqs block-table rows and everything before them to the device; the
-  // host does not wait for it (a synchronous copy cost each decode step 36-65 us on an H200 host).
-  void upload(int num_seqs);
+  // Enqueues the copy to the device of what a step of num_seqs sequences (sampling rows included) and num_tokens
+  // token rows reads, in one operation; the host does not wait for it (a synchronous copy cost each decode step
+  // 36-65 us on an H200 host). device_input_ids: input ids written as -1 - r on the host take row r of it.
+  void upload(int num_seqs, int num_tokens, const int32_t* device_input_ids = nullptr);
 
   // Device views for a step of this size.
   Tensor input_ids_tensor(int n) const { return device_i32(off_input_ids_, n); }
@@ -71,6 +74,7 @@ class StepMetadata {
   Buffer host_storage_;   // two areas of total_ bytes
   char* host_ = nullptr;  // the area being filled
   int area_ = 0;
+  bool any_top_k_or_top_p_ = false;         // of the fill in progress or last made
   std::unique_ptr<QueueMark> uploaded_[2];  // recorded after each area's last upload
   Buffer device_;
 };

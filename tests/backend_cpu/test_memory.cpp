@@ -5,6 +5,7 @@
 
 #include "common/half_float.h"
 #include "test_helpers.h"
+#include "tests/support/upload_ranges_case.h"
 
 namespace nanovllm {
 namespace {
@@ -19,6 +20,36 @@ TEST(CpuBackendMemory, NameAndComputeDtype) {
   EXPECT_EQ(backend.compute_dtype(), DType::F32);
   EXPECT_GE(backend.num_threads(), 1);
   EXPECT_EQ(CpuBackend(3).num_threads(), 3);
+}
+
+// Only the ranges reach the destination, negative words of the id range become the device ids' rows, and bad
+// ranges are refused with what is wrong.
+TEST(CpuBackendMemory, UploadRangesCopiesTheRangesAndTakesDeviceIds) {
+  CpuBackend backend;
+  const test::UploadRangesCase c;
+  for (bool with_ids : {false, true}) {
+    Buffer host = backend.allocate_host(c.kBytes);
+    std::memcpy(host.data(), c.host.data(), c.kBytes);
+    Buffer dst = backend.allocate(c.kBytes);
+    std::memset(dst.data(), c.kSentinel, c.kBytes);
+    backend.upload_ranges(host.data(), dst.data(), c.ranges, {0, with_ids ? c.device_ids.data() : nullptr});
+    const std::vector<uint8_t> expected = c.expected(with_ids);
+    EXPECT_EQ(std::memcmp(dst.data(), expected.data(), c.kBytes), 0) << "with ids " << with_ids;
+  }
+  Buffer host = backend.allocate_host(4096), dst = backend.allocate(4096);
+  auto refused = [&](const std::vector<CopyRange>& ranges, const DeviceIdSource& from, const std::string& what) {
+    try {
+      backend.upload_ranges(host.data(), dst.data(), ranges, from);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const EngineError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(std::vector<CopyRange>(17, {0, 4}), {}, "17 ranges, at most 16");
+  refused({{8, 4}}, {}, "range at 8 of 4 bytes is not 16-byte aligned");
+  refused({{16, 6}}, {}, "range at 16 of 6 bytes");
+  const int32_t ids[1] = {1};
+  refused({{0, 4}}, {1, ids}, "device ids for range 1 of 1");
 }
 
 TEST(CpuBackendMemory, AllocateIsAlignedAndWritable) {

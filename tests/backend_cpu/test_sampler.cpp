@@ -141,6 +141,38 @@ TEST(CpuSampler, RowsOfOneCallMatchSeparateCalls) {
   }
 }
 
+// Inputs that say no row has top_k or top_p on: the same tokens for rows without them, and an error naming the row
+// for one that has them (the CUDA sampler would skip it).
+TEST(CpuSampler, InputsWithoutTopKOrTopPAreHeldToIt) {
+  CpuBackend backend;
+  std::mt19937 rng(59);
+  const int64_t vocab = 257;
+  std::vector<float> logits;
+  std::vector<RowParams> rows = {{0.0f}, {0.7f, 0, 1.0f, 0.0f, 5, 3}, {0.9f, 0, 1.0f, 0.05f, 6, 4}, {0.8f, 20}};
+  for (size_t r = 0; r < rows.size(); ++r) {
+    auto row = random_logits(vocab, rng, 1.0f);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  auto run = [&](size_t n, bool any_top_k_or_top_p) {
+    OwnedTensor logits_t = test::make_tensor(backend, DType::F32, {static_cast<int64_t>(n), vocab});
+    std::copy(logits.begin(), logits.begin() + static_cast<int64_t>(n) * vocab, logits_t.f32());
+    const Controls controls = make_controls(backend, std::vector<RowParams>(rows.begin(), rows.begin() + n));
+    SamplerInputs in = controls.inputs();
+    in.any_top_k_or_top_p = any_top_k_or_top_p;
+    OwnedTensor out = test::make_tensor(backend, DType::I32, {static_cast<int64_t>(n)});
+    backend.sample(logits_t.tensor, in, out.tensor);
+    return std::vector<int32_t>(out.i32(), out.i32() + n);
+  };
+  EXPECT_EQ(run(3, false), run(3, true));
+  try {
+    run(4, false);
+    FAIL() << "a top_k row under inputs that say there is none was sampled";
+  } catch (const EngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("row 3 has top_k or top_p on"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(run(4, true).size(), 4u);
+}
+
 TEST(CpuSampler, TopKOneAndTinyTopPAreGreedy) {
   CpuBackend backend;
   std::mt19937 rng(54);

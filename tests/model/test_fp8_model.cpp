@@ -303,7 +303,9 @@ class NoFp8Backend final : public Backend {
   void upload_async(const void*, void*, size_t) override { throw EngineError("upload_async"); }
   void download(const void*, void*, size_t) override { throw EngineError("download"); }
   void download_async(const void*, void*, size_t) override { throw EngineError("download_async"); }
-  void copy_device(const void*, void*, size_t) override { throw EngineError("copy_device"); }
+  void upload_ranges(const void*, void*, const std::vector<CopyRange>&, const DeviceIdSource&) override {
+    throw EngineError("upload_ranges");
+  }
   std::unique_ptr<QueueMark> create_mark() override { throw EngineError("create_mark"); }
   void synchronize() override {}
   void upload_converted(const void*, DType, void*, int64_t) override { throw EngineError("upload_converted"); }

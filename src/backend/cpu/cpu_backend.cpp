@@ -41,6 +41,18 @@ void CpuBackend::upload(const void* host, void* dst, size_t bytes) {
   if (bytes != 0) std::memcpy(dst, host, bytes);
 }
 
+void CpuBackend::upload_ranges(const void* host, void* dst, const std::vector<CopyRange>& ranges,
+                               const DeviceIdSource& from) {
+  check_upload_ranges("cpu upload_ranges", ranges, from, kMaxUploadRanges);
+  for (const CopyRange& r : ranges)
+    upload(static_cast<const char*>(host) + r.offset, static_cast<char*>(dst) + r.offset, r.bytes);
+  if (from.ids == nullptr) return;
+  const CopyRange& r = ranges[static_cast<size_t>(from.range)];
+  auto* words = reinterpret_cast<int32_t*>(static_cast<char*>(dst) + r.offset);
+  for (size_t i = 0; i < r.bytes / 4; ++i)
+    if (words[i] < 0) words[i] = from.ids[-1 - words[i]];
+}
+
 void CpuBackend::download(const void* src, void* host, size_t bytes) {
   if (bytes != 0) std::memcpy(host, src, bytes);
 }

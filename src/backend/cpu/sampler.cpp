@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/checks.h"
@@ -209,6 +210,13 @@ void CpuBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& t
   cpu::require(vocab > 0, op, "logits " + logits.shape_string() + " have no columns");
   cpu::require_vector(token_ids, rows, op, "token_ids");
   check_controls(in, rows, true, op);
+  if (!in.any_top_k_or_top_p) {  // the CUDA sampler would leave such a row unsampled
+    for (int64_t r = 0; r < rows; ++r) {
+      const RowControls c = controls_of(in, r, false);
+      cpu::require(!(c.temperature > 0.0f && (c.top_k > 0 || c.top_p < 1.0f)), op,
+                   "row " + std::to_string(r) + " has top_k or top_p on, but the inputs say no row has");
+    }
+  }
   const float* x = logits.as<const float>();
   int32_t* out = token_ids.as<int32_t>();
 #pragma omp parallel num_threads(num_threads_) if (rows > 1)

@@ -278,10 +278,23 @@ void CudaBackend::download_async(const void* src, void* pinned_dst, size_t bytes
   NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(pinned_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
 }
 
-void CudaBackend::copy_device(const void* src, void* dst, size_t bytes) {
+void CudaBackend::upload_ranges(const void* host, void* dst, const std::vector<CopyRange>& ranges,
+                                const DeviceIdSource& from) {
+  static_assert(kMaxUploadRanges <= cuda::kMaxUploadRangesArgs);
+  check_upload_ranges("cuda upload_ranges", ranges, from, kMaxUploadRanges);
   make_current();
-  if (bytes == 0) return;
-  NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  cuda::UploadRangesArgs args;
+  args.host = static_cast<const char*>(host);
+  args.dst = static_cast<char*>(dst);
+  for (const CopyRange& r : ranges) {
+    if (r.bytes == 0) continue;
+    if (from.range == static_cast<int>(&r - ranges.data())) args.ids_range = args.num_ranges;
+    args.offset[args.num_ranges] = r.offset;
+    args.words[args.num_ranges] = static_cast<uint32_t>(r.bytes / 4);
+    ++args.num_ranges;
+  }
+  args.ids = from.ids;
+  cuda::launch_upload_ranges(args, stream_);
 }
 
 // No timing: cheaper to record. Waiting for an event never recorded returns at once, as QueueMark promises.
@@ -853,6 +866,7 @@ cuda::SamplerArgs CudaBackend::sample_args(const Tensor& logits, const SamplerIn
   args.token_ids = token_ids.as<int>();
   args.rows = static_cast<int>(logits.dim(0));
   args.vocab = static_cast<int>(logits.dim(1));
+  args.any_filtered_row = in.any_top_k_or_top_p;
   return args;
 }
 

@@ -58,7 +58,10 @@ class CudaBackend final : public Backend {
   void download(const void* src, void* host, size_t bytes) override;
   // The host side must be pinned (allocate_host) and stay alive until a later mark's wait() or synchronize().
   void download_async(const void* src, void* pinned_dst, size_t bytes) override;
-  void copy_device(const void* src, void* dst, size_t bytes) override;
+  // One kernel that reads the pinned area over the bus (pinned memory is mapped at the same address under unified
+  // addressing).
+  void upload_ranges(const void* host, void* dst, const std::vector<CopyRange>& ranges,
+                     const DeviceIdSource& from) override;
   std::unique_ptr<QueueMark> create_mark() override;
   void synchronize() override;
   void upload_converted(const void* host_src, DType src_dtype, void* dst, int64_t numel) override;

@@ -95,6 +95,7 @@ struct SamplerArgs {
   // nothing in the shard has probability (sample()'s greedy fallback is the caller's).
   float* best_key = nullptr;  // [R]
   int token_offset = 0;
+  bool any_filtered_row = true;  // false: no row takes the filtered path, whose kernel is then not launched
 };
 // Scratch (bytes) of the fast path for up to max_rows rows of vocab logits.
 size_t sampler_workspace_bytes(int max_rows, int vocab);
@@ -104,6 +105,20 @@ void launch_sample(const SamplerArgs& args, void* workspace, size_t workspace_by
 inline constexpr int kMaxLogprobsK = 256;
 void launch_logprobs(const float* logits, const int* targets, int rows, int vocab, int k, float* target_logprob,
                      int* top_ids, float* top_logprobs, cudaStream_t stream);
+
+// upload_ranges.cu: ranges of a pinned host area (mapped at the same address) to the same offsets of dst; in range
+// ids_range a word holding -1 - r becomes ids[r] when ids is set.
+inline constexpr int kMaxUploadRangesArgs = 16;
+struct UploadRangesArgs {
+  const char* host = nullptr;
+  char* dst = nullptr;
+  int num_ranges = 0;
+  size_t offset[kMaxUploadRangesArgs] = {};
+  uint32_t words[kMaxUploadRangesArgs] = {};  // 4-byte words of each range
+  int ids_range = -1;
+  const int32_t* ids = nullptr;
+};
+void launch_upload_ranges(const UploadRangesArgs& args, cudaStream_t stream);
 
 // bandwidth.cu: reads `bytes` (a multiple of 16) of src once; writes one word per block to sink.
 void launch_read_only(const void* src, size_t bytes, unsigned* sink, int blocks, cudaStream_t stream);

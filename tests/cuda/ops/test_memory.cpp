@@ -1,5 +1,6 @@
 // Device memory, copies and conversions of CudaBackend.
 #include "tests/cuda/ops/ops_test_support.h"
+#include "tests/support/upload_ranges_case.h"
 
 namespace nanovllm::test {
 namespace {
@@ -70,6 +71,29 @@ TEST_F(CudaOpsTest, PinnedAsyncRoundTrip) {
   gpu().download_async(dev.data(), back.data(), bytes);
   gpu().synchronize();
   EXPECT_EQ(std::memcmp(src.data(), back.data(), bytes), 0);
+}
+
+// One kernel reads the pinned area: only the ranges reach the destination (a 200 KiB one over several blocks, word
+// tails after the 16-byte loads), and negative words of the id range become rows of a device buffer.
+TEST_F(CudaOpsTest, UploadRangesCopiesTheRangesAndTakesDeviceIds) {
+  const UploadRangesCase c;
+  Buffer ids = gpu().allocate(c.device_ids.size() * 4);
+  gpu().upload(c.device_ids.data(), ids.data(), c.device_ids.size() * 4);
+  const std::vector<uint8_t> sentinel(c.kBytes, c.kSentinel);
+  for (bool with_ids : {false, true}) {
+    Buffer host = gpu().allocate_host(c.kBytes);
+    std::memcpy(host.data(), c.host.data(), c.kBytes);
+    Buffer dst = gpu().allocate(c.kBytes);
+    gpu().upload(sentinel.data(), dst.data(), c.kBytes);
+    gpu().upload_ranges(host.data(), dst.data(), c.ranges,
+                        {0, with_ids ? static_cast<const int32_t*>(ids.data()) : nullptr});
+    std::vector<uint8_t> got(c.kBytes);
+    gpu().download(dst.data(), got.data(), c.kBytes);
+    const std::vector<uint8_t> expected = c.expected(with_ids);
+    size_t first_bad = 0;
+    while (first_bad < c.kBytes && got[first_bad] == expected[first_bad]) ++first_bad;
+    EXPECT_EQ(first_bad, c.kBytes) << "with ids " << with_ids << ": first differing byte";
+  }
 }
 
 TEST_F(CudaOpsTest, ReadBandwidthIsPlausible) {

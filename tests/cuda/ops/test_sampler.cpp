@@ -6,6 +6,7 @@
 // vocabulary shard, tensor parallelism): both paths, the CPU's sample_shard, merged shards against sample().
 #include <algorithm>
 #include <map>
+#include <random>
 #include <string>
 
 #include "backend/cuda/sampler_paths.cuh"
@@ -331,6 +332,29 @@ TEST_F(PlainPaths, ManyRowsFullVocab) {
     }
     // Only an fp32 near tie (GPU logf vs CPU log ulps) may flip a row.
     expect_paths_agree(logits, vocab, plain_rows(rows, rows), 1 + rows / 256, "rows " + std::to_string(rows));
+  }
+}
+
+// Inputs that say no row has top_k or top_p on skip the filtered kernel: rows without them (greedy, plain
+// temperature, min_p) get the same tokens as with it, at the full vocabulary and at one and many rows. (With the
+// kernel skipped wrongly, a top_k row would keep whatever its output held: the CPU backend refuses such inputs.)
+TEST_F(SamplerTest, WithoutTopKOrTopPRowsTheSameTokens) {
+  std::mt19937 rng(61);
+  const int64_t vocab = 151936;
+  for (int rows : {1, 5, 40}) {
+    SamplerRows r;
+    for (int i = 0; i < rows; ++i) r.add(i % 3 == 0 ? 0.0f : 0.8f, 0, 1.0f, i % 3 == 2 ? 0.05f : 0.0f, 11 * i, 7 + i);
+    std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (float& x : logits) x = normal(rng);
+    const Tensor x = gpu_raw(logits, DType::F32, {rows, vocab});
+    SamplerInputs in = gpu_inputs(r);
+    Tensor with = gpu_empty(DType::I32, {rows});
+    gpu().sample(x, in, with);
+    in.any_top_k_or_top_p = false;
+    Tensor without = gpu_empty(DType::I32, {rows});
+    gpu().sample(x, in, without);
+    EXPECT_EQ(read_gpu_i32(without), read_gpu_i32(with)) << rows << " rows";
   }
 }
 
