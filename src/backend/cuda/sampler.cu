@@ -8,8 +8,9 @@
 //    a thread-block cluster of up to 16 blocks per row holds the row in registers, exchanges the slice maxima
 //    through distributed shared memory, draws the noise only for tokens within 19.6 of the row's largest z
 //    (see prune_below) and merges the slice winners in block 0. Elsewhere (sm_80, vocab > 163840) the
-//    chunked path: 8192-logit chunks, [sampling rows] chunk maxima -> per-chunk best -> per-row merge (two
-//    reads of the logits, the workspace of sampler_workspace_bytes). Nothing is sorted.
+//    chunked path: 8192-logit chunks, [sampling rows] chunk maxima -> per-chunk best (four consecutive tokens
+//    a thread, their noise from one Philox evaluation) -> per-row merge (two reads of the logits, the workspace
+//    of sampler_workspace_bytes); it also serves more than kClusterMaxRows rows. Nothing is sorted.
 //  * filtered (top_k and/or top_p): one block per row. A cheap lower bound on the kept keys, one pass that
 //    counts min_p's survivors and collects those above the bound into a shared list, a sort of that list,
 //    then top_k / top_p / the Gumbel argmax on it (see filtered_sample_kernel). Rows whose list overflows
@@ -89,10 +90,26 @@ __device__ __forceinline__ bool needs_filtered_path(const RowParams& p, int voca
 // step rounds 2^24 - 0.5 up), and u = 1 would give infinite noise. cpu/sampler.cpp clamps the same way.
 constexpr float kLargestUniform = 0x1.fffffep-1f;  // 1 - 2^-24
 
+__device__ __forceinline__ float gumbel_of(float u) { return -logf(-logf(fminf(u, kLargestUniform))); }
+
 // token is the column; the noise is that of the global id p.token_offset + token.
 __device__ __forceinline__ float gumbel(const RowParams& p, int token) {
-  const float u = fminf(philox_uniform(p.seed, p.step, static_cast<uint32_t>(p.token_offset + token)), kLargestUniform);
-  return -logf(-logf(u));
+  return gumbel_of(philox_uniform(p.seed, p.step, static_cast<uint32_t>(p.token_offset + token)));
+}
+
+// The uniforms of columns token .. token + 3 (token a multiple of 4): one Philox evaluation for the four when their
+// global ids are one group (philox4), which is most of a draw's instructions.
+__device__ __forceinline__ void uniforms4(const RowParams& p, int token, float (&u)[4]) {
+  const auto id = static_cast<uint32_t>(p.token_offset + token);
+  if ((id & 3u) == 0) {
+    uint32_t c[4];
+    philox4(p.seed, p.step, id >> 2, c);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) u[q] = philox_word_uniform(c[q]);
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) u[q] = philox_uniform(p.seed, p.step, id + q);
+  }
 }
 
 // The noise lies in [-log(-log 2^-25), -log(-log(1 - 2^-24))] = [-2.853, 16.636]. So a token whose z is more
@@ -195,12 +212,25 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_best_kernel(const Sampler
     for (int j = 0; j < chunks; ++j) m = fmaxf(m, ws.chunk_max[r * chunks + j]);
     const float scaled_max = m / p.temperature;
     const float cutoff = prune_below(scaled_max);
-    for (int i = c * kChunk + threadIdx.x; i < end; i += kChunkThreads) {
-      const float s = row[i] / p.temperature;
-      if (!(s > -INFINITY)) continue;                                                    // -inf or NaN: no probability
-      if (s < cutoff) continue;                                                          // cannot win (see prune_below)
-      if (use_min_p && s != scaled_max && !(expf(s - scaled_max) >= p.min_p)) continue;  // top token stays
-      take(best, s + gumbel(p, i), i);
+    // Four consecutive tokens a thread (kChunk is a multiple of 4), so their noise takes one Philox evaluation.
+    for (int first = c * kChunk + 4 * threadIdx.x; first < end; first += 4 * kChunkThreads) {
+      float s[4];
+      bool any = false;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        s[q] = first + q < end ? row[first + q] / p.temperature : -INFINITY;
+        const bool kept = s[q] > -INFINITY &&  // -inf or NaN: no probability
+                          !(s[q] < cutoff) &&  // cannot win (see prune_below)
+                          (!use_min_p || s[q] == scaled_max || expf(s[q] - scaled_max) >= p.min_p);  // top stays
+        if (!kept) s[q] = -INFINITY;
+        any = any || kept;
+      }
+      if (!any) continue;
+      float u[4];
+      uniforms4(p, first, u);
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if (s[q] > -INFINITY) take(best, s[q] + gumbel_of(u[q]), first + q);
     }
   }
   best = block_best(best, scratch);
@@ -292,23 +322,28 @@ __global__ void __launch_bounds__(kClusterThreads, 2) cluster_sample_kernel(cons
     }
   }
 
-  float m = -INFINITY;
+  // The row's largest logit, which only sampled rows use (greedy ones skip its block and cluster rounds; the
+  // branch is the same for every block of the cluster, a row's).
+  float scaled_max = -INFINITY;
+  if (!is_greedy(p)) {
+    float m = -INFINITY;
 #pragma unroll
-  for (int j = 0; j < kClusterVecs; ++j) {
+    for (int j = 0; j < kClusterVecs; ++j) {
 #pragma unroll
-    for (int q = 0; q < 4; ++q) m = fmaxf(m, x[j][q]);  // padding is -inf; fmaxf skips NaN
+      for (int q = 0; q < 4; ++q) m = fmaxf(m, x[j][q]);  // padding is -inf; fmaxf skips NaN
+    }
+    m = block_max(m, reduce_scratch);
+    if (threadIdx.x == 0) block_max_value = m;
+    cluster.sync();
+    if (warp == 0) {
+      float v = lane < blocks ? *cluster.map_shared_rank(&block_max_value, lane) : -INFINITY;
+      v = warp_max(v);
+      if (lane == 0) row_max_value = v;
+    }
+    __syncthreads();
+    // max(x) / t == max(x / t): division by t > 0 is monotonic, rounding included.
+    scaled_max = row_max_value / p.temperature;
   }
-  m = block_max(m, reduce_scratch);
-  if (threadIdx.x == 0) block_max_value = m;
-  cluster.sync();
-  if (warp == 0) {
-    float v = lane < blocks ? *cluster.map_shared_rank(&block_max_value, lane) : -INFINITY;
-    v = warp_max(v);
-    if (lane == 0) row_max_value = v;
-  }
-  __syncthreads();
-  // max(x) / t == max(x / t): division by t > 0 is monotonic, rounding included.
-  const float scaled_max = row_max_value / p.temperature;
 
   Best best{-INFINITY, INT_MAX};
   // Greedy, or (sample() only) nothing has probability: raw argmax. A shard with nothing of probability
@@ -344,6 +379,8 @@ __global__ void __launch_bounds__(kClusterThreads, 2) cluster_sample_kernel(cons
         rest |= candidate && !(s >= first_round) ? 1u << (4 * j + q) : 0u;
       }
     }
+    // One token's noise at a time: drawing a vector's four from one Philox evaluation measured slower here, where
+    // few tokens of a vector are marked (R=1 peaked 8.4 -> 9.3 µs, flat 19.1 -> 21.1; results.md R234).
     auto token_of_bit = [&](int bit) { return begin + ((bit >> 2) * kClusterThreads + threadIdx.x) * 4 + (bit & 3); };
     while (near_top != 0) {
       const int i = token_of_bit(__ffs(near_top) - 1);
