@@ -1,6 +1,8 @@
 """Fixtures for the installed nanovllm package: the demo model (NANOVLLM_TEST_MODEL, written by run_pytest.sh),
 the `nanovllm` command to compare with (NANOVLLM_CLI) and the source tree (NANOVLLM_SOURCE_DIR)."""
+import faulthandler
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,9 @@ def llm(model_dir):
     """One engine for the tests that only read from it."""
     with LLM(model_dir, **ENGINE_KWARGS) as engine:
         yield engine
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A process that has not exited two minutes after the last test (a thread or destructor stuck at interpreter
+    exit) prints every thread's Python stack and exits with an error, instead of waiting for ctest's timeout."""
+    faulthandler.dump_traceback_later(120, exit=True, file=sys.stderr)
