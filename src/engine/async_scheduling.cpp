@@ -99,7 +99,7 @@ ModelRunner::PlainStep ModelRunner::start_next_early(const ScheduledBatch& batch
     step.assumed.emplace_back(seq.seq_id, pos);
   }
   const int bucket = graphs_ ? graphs_->bucket_for(shape.num_seqs) : 0;
-  step.launched = launch(shape, bucket, static_cast<const int32_t*>(sampler_->sampled_ids()));
+  step.launched = launch(shape, bucket, sampler_->sampled_ids());
   sampler_->enqueue_plain(shape.num_seqs, bucket > 0, sampled_slot(slot));
   sampled_[slot]->record();
   return step;

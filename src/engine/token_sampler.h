@@ -41,7 +41,7 @@ class TokenSampler {
   // n entries) once the device has run what is queued now; nothing waits.
   void enqueue_plain(int n, bool logits_ready, int32_t* host_ids);
   // The device buffer the last sample wrote its n ids to (I32, row order), for a step that takes them as input.
-  const void* sampled_ids() const { return sampled_buf_.data(); }
+  const int32_t* sampled_ids() const { return static_cast<const int32_t*>(sampled_buf_.data()); }
 
  private:
   // (row, token) pairs: EOS and stop tokens of rows whose request has not reached min_tokens (vLLM's
