@@ -11,8 +11,8 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string>
-#include <vector>
 
 #include "common/error.h"
 #include "common/tensor.h"
@@ -66,10 +66,15 @@ struct SamplerInputs {
   Tensor min_p;        // F32 [R]; 0 = off
   Tensor seed;         // I64 [R]; the request's seed
   Tensor step;         // I32 [R]; position of the token being sampled (a fresh random stream per step)
-  // False when the caller knows that no row has top_k or top_p on at a temperature above 0: a backend may then
-  // skip the work that serves such rows (on CUDA a kernel launch, on the chain between two decode steps).
+  // False when the caller knows that no row has top_k or top_p on (uses_top_k_or_top_p): a backend may then skip
+  // the work that serves such rows (on CUDA a kernel launch, on the chain between two decode steps).
   bool any_top_k_or_top_p = true;
 };
+
+// Whether a sampling row filters by top_k or top_p: only rows that sample (temperature above 0) do.
+inline bool uses_top_k_or_top_p(float temperature, int32_t top_k, float top_p) {
+  return temperature > 0.0f && (top_k > 0 || top_p < 1.0f);
+}
 
 // A byte range at the same offset of a host area and of a device buffer (Backend::upload_ranges).
 struct CopyRange {
@@ -84,11 +89,14 @@ struct DeviceIdSource {
   const int32_t* ids = nullptr;  // null: no word is replaced
 };
 
+// The most ranges one Backend::upload_ranges call takes.
+inline constexpr size_t kMaxUploadRanges = 16;
+
 // What Backend::upload_ranges requires of its arguments; `op` names the caller in the error.
-inline void check_upload_ranges(const std::string& op, const std::vector<CopyRange>& ranges, const DeviceIdSource& from,
-                                size_t max_ranges) {
-  if (ranges.size() > max_ranges)
-    throw EngineError(op + ": " + std::to_string(ranges.size()) + " ranges, at most " + std::to_string(max_ranges));
+inline void check_upload_ranges(const std::string& op, std::span<const CopyRange> ranges, const DeviceIdSource& from) {
+  if (ranges.size() > kMaxUploadRanges)
+    throw EngineError(op + ": " + std::to_string(ranges.size()) + " ranges, at most " +
+                      std::to_string(kMaxUploadRanges));
   for (const CopyRange& r : ranges) {
     if (r.offset % 16 != 0 || r.bytes % 4 != 0)
       throw EngineError(op + ": range at " + std::to_string(r.offset) + " of " + std::to_string(r.bytes) +
@@ -164,8 +172,7 @@ class Backend {
   // returns at once; the host bytes must stay unchanged as for upload_async(). A step's metadata in one go: on CUDA
   // one kernel reading the pinned area, where a copy a range (or one copy over the gaps) paid a copy engine's start
   // each.
-  static constexpr int kMaxUploadRanges = 16;
-  virtual void upload_ranges(const void* host, void* dst, const std::vector<CopyRange>& ranges,
+  virtual void upload_ranges(const void* host, void* dst, std::span<const CopyRange> ranges,
                              const DeviceIdSource& from) = 0;
   virtual std::unique_ptr<QueueMark> create_mark() = 0;
   virtual void synchronize() = 0;

@@ -249,7 +249,6 @@ void ModelRunner::fill_sampling_row(int r, int token_row, const SamplingParams& 
   meta_->min_p()[r] = sp.min_p;
   meta_->seed()[r] = static_cast<int64_t>(sp.seed.value_or(0));
   meta_->sample_step()[r] = step;  // index the sampled token will have
-  if (sp.temperature > 0.0f && (sp.top_k > 0 || sp.top_p < 1.0f)) meta_->note_top_k_or_top_p();
 }
 
 std::chrono::steady_clock::time_point ModelRunner::launch(const StepShape& shape, int bucket,

@@ -1,7 +1,7 @@
 #include "engine/step_metadata.h"
 
+#include <array>
 #include <cstring>
-#include <vector>
 
 namespace nanovllm {
 
@@ -41,20 +41,27 @@ StepMetadata::StepMetadata(Backend& backend, const StepLimits& limits) : backend
 
 void StepMetadata::begin_fill() {
   area_ ^= 1;
-  any_top_k_or_top_p_ = false;
   host_ = static_cast<char*>(host_storage_.data()) + static_cast<size_t>(area_) * total_;
   uploaded_[area_]->wait();
 }
 
 void StepMetadata::upload(int num_seqs, int num_tokens, const int32_t* device_input_ids) {
   const size_t s = num_seqs, t = num_tokens;
-  const std::vector<CopyRange> ranges = {
+  const std::array<CopyRange, 13> ranges = {{
       {off_input_ids_, 4 * t},  // first: DeviceIdSource's range 0
-      {off_positions_, 4 * t},  {off_slot_mapping_, 4 * t}, {off_cu_seqlens_q_, 4 * (s + 1)},
-      {off_seq_lens_k_, 4 * s}, {off_temperature_, 4 * s},  {off_top_k_, 4 * s},
-      {off_top_p_, 4 * s},      {off_min_p_, 4 * s},        {off_seed_, 8 * s},
-      {off_step_, 4 * s},       {off_logits_rows_, 4 * s},  {off_block_tables_, 4 * s * limits_.max_blocks_per_seq},
-  };
+      {off_positions_, 4 * t},
+      {off_slot_mapping_, 4 * t},
+      {off_cu_seqlens_q_, 4 * (s + 1)},
+      {off_seq_lens_k_, 4 * s},
+      {off_temperature_, 4 * s},
+      {off_top_k_, 4 * s},
+      {off_top_p_, 4 * s},
+      {off_min_p_, 4 * s},
+      {off_seed_, 8 * s},
+      {off_step_, 4 * s},
+      {off_logits_rows_, 4 * s},
+      {off_block_tables_, 4 * s * limits_.max_blocks_per_seq},
+  }};
   backend_.upload_ranges(host_, device_.data(), ranges, {0, device_input_ids});
   uploaded_[area_]->record();
 }
@@ -84,7 +91,12 @@ SamplerInputs StepMetadata::sampler_inputs(int rows) const {
   s.min_p = device_at(off_min_p_, DType::F32, rows);
   s.seed = device_at(off_seed_, DType::I64, rows);
   s.step = device_at(off_step_, DType::I32, rows);
-  s.any_top_k_or_top_p = any_top_k_or_top_p_;
+  const auto* temperature = reinterpret_cast<const float*>(host_ + off_temperature_);
+  const auto* top_k = reinterpret_cast<const int32_t*>(host_ + off_top_k_);
+  const auto* top_p = reinterpret_cast<const float*>(host_ + off_top_p_);
+  s.any_top_k_or_top_p = false;
+  for (int r = 0; r < rows && !s.any_top_k_or_top_p; ++r)
+    s.any_top_k_or_top_p = uses_top_k_or_top_p(temperature[r], top_k[r], top_p[r]);
   return s;
 }
 

@@ -24,8 +24,6 @@ class StepMetadata {
 
   // Switches to the other host area, waiting until its last upload() has been read.
   void begin_fill();
-  // A sampling row of this fill has top_k or top_p on at a temperature above 0 (sampler_inputs() says so).
-  void note_top_k_or_top_p() { any_top_k_or_top_p_ = true; }
 
   // Host-side arrays the runner fills; their capacities are the limits.
   int32_t* input_ids() { return host_i32(off_input_ids_); }
@@ -54,6 +52,7 @@ class StepMetadata {
   Tensor logits_rows_tensor(int n) const { return device_i32(off_logits_rows_, n); }
   AttentionBatch attention(int num_seqs, int max_seqlen_q, int max_seqlen_k, int block_size, bool decode_only,
                            int num_decode_rows) const;
+  // Also says whether any of the rows, as the host area being filled holds them, uses top_k or top_p.
   SamplerInputs sampler_inputs(int rows) const;
 
   const StepLimits& limits() const { return limits_; }
@@ -74,7 +73,6 @@ class StepMetadata {
   Buffer host_storage_;   // two areas of total_ bytes
   char* host_ = nullptr;  // the area being filled
   int area_ = 0;
-  bool any_top_k_or_top_p_ = false;         // of the fill in progress or last made
   std::unique_ptr<QueueMark> uploaded_[2];  // recorded after each area's last upload
   Buffer device_;
 };

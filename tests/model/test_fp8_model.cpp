@@ -303,7 +303,7 @@ class NoFp8Backend final : public Backend {
   void upload_async(const void*, void*, size_t) override { throw EngineError("upload_async"); }
   void download(const void*, void*, size_t) override { throw EngineError("download"); }
   void download_async(const void*, void*, size_t) override { throw EngineError("download_async"); }
-  void upload_ranges(const void*, void*, const std::vector<CopyRange>&, const DeviceIdSource&) override {
+  void upload_ranges(const void*, void*, std::span<const CopyRange>, const DeviceIdSource&) override {
     throw EngineError("upload_ranges");
   }
   std::unique_ptr<QueueMark> create_mark() override { throw EngineError("create_mark"); }

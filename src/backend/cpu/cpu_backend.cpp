@@ -41,9 +41,9 @@ void CpuBackend::upload(const void* host, void* dst, size_t bytes) {
   if (bytes != 0) std::memcpy(dst, host, bytes);
 }
 
-void CpuBackend::upload_ranges(const void* host, void* dst, const std::vector<CopyRange>& ranges,
+void CpuBackend::upload_ranges(const void* host, void* dst, std::span<const CopyRange> ranges,
                                const DeviceIdSource& from) {
-  check_upload_ranges("cpu upload_ranges", ranges, from, kMaxUploadRanges);
+  check_upload_ranges("cpu upload_ranges", ranges, from);
   for (const CopyRange& r : ranges)
     upload(static_cast<const char*>(host) + r.offset, static_cast<char*>(dst) + r.offset, r.bytes);
   if (from.ids == nullptr) return;

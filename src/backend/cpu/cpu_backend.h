@@ -24,7 +24,7 @@ class CpuBackend final : public Backend {
   void upload_async(const void* host, void* dst, size_t bytes) override { upload(host, dst, bytes); }
   void download(const void* src, void* host, size_t bytes) override;
   void download_async(const void* src, void* host, size_t bytes) override { download(src, host, bytes); }
-  void upload_ranges(const void* host, void* dst, const std::vector<CopyRange>& ranges,
+  void upload_ranges(const void* host, void* dst, std::span<const CopyRange> ranges,
                      const DeviceIdSource& from) override;
   std::unique_ptr<QueueMark> create_mark() override;
   void synchronize() override {}  // every op has finished when it returns

@@ -213,7 +213,7 @@ void CpuBackend::sample(const Tensor& logits, const SamplerInputs& in, Tensor& t
   if (!in.any_top_k_or_top_p) {  // the CUDA sampler would leave such a row unsampled
     for (int64_t r = 0; r < rows; ++r) {
       const RowControls c = controls_of(in, r, false);
-      cpu::require(!(c.temperature > 0.0f && (c.top_k > 0 || c.top_p < 1.0f)), op,
+      cpu::require(!uses_top_k_or_top_p(c.temperature, c.top_k, c.top_p), op,
                    "row " + std::to_string(r) + " has top_k or top_p on, but the inputs say no row has");
     }
   }

@@ -278,10 +278,10 @@ void CudaBackend::download_async(const void* src, void* pinned_dst, size_t bytes
   NANOVLLM_CUDA_CHECK(cudaMemcpyAsync(pinned_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
 }
 
-void CudaBackend::upload_ranges(const void* host, void* dst, const std::vector<CopyRange>& ranges,
+void CudaBackend::upload_ranges(const void* host, void* dst, std::span<const CopyRange> ranges,
                                 const DeviceIdSource& from) {
-  static_assert(kMaxUploadRanges <= cuda::kMaxUploadRangesArgs);
-  check_upload_ranges("cuda upload_ranges", ranges, from, kMaxUploadRanges);
+  static_assert(kMaxUploadRanges <= static_cast<size_t>(cuda::kMaxUploadRangesArgs));
+  check_upload_ranges("cuda upload_ranges", ranges, from);
   make_current();
   cuda::UploadRangesArgs args;
   args.host = static_cast<const char*>(host);
@@ -866,7 +866,7 @@ cuda::SamplerArgs CudaBackend::sample_args(const Tensor& logits, const SamplerIn
   args.token_ids = token_ids.as<int>();
   args.rows = static_cast<int>(logits.dim(0));
   args.vocab = static_cast<int>(logits.dim(1));
-  args.any_filtered_row = in.any_top_k_or_top_p;
+  args.any_top_k_or_top_p = in.any_top_k_or_top_p;
   return args;
 }
 

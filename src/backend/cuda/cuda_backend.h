@@ -60,7 +60,7 @@ class CudaBackend final : public Backend {
   void download_async(const void* src, void* pinned_dst, size_t bytes) override;
   // One kernel that reads the pinned area over the bus (pinned memory is mapped at the same address under unified
   // addressing).
-  void upload_ranges(const void* host, void* dst, const std::vector<CopyRange>& ranges,
+  void upload_ranges(const void* host, void* dst, std::span<const CopyRange> ranges,
                      const DeviceIdSource& from) override;
   std::unique_ptr<QueueMark> create_mark() override;
   void synchronize() override;

@@ -95,7 +95,7 @@ struct SamplerArgs {
   // nothing in the shard has probability (sample()'s greedy fallback is the caller's).
   float* best_key = nullptr;  // [R]
   int token_offset = 0;
-  bool any_filtered_row = true;  // false: no row takes the filtered path, whose kernel is then not launched
+  bool any_top_k_or_top_p = true;  // SamplerInputs's: false, no row takes the filtered path (not launched)
 };
 // Scratch (bytes) of the fast path for up to max_rows rows of vocab logits.
 size_t sampler_workspace_bytes(int max_rows, int vocab);

@@ -770,7 +770,8 @@ void launch_sample_via(const SamplerArgs& args, void* workspace, size_t workspac
       throw EngineError(std::string(op_name(args)) + ": the device refused the cluster launch");
     launch_chunked_sample(args, workspace, workspace_bytes, stream);
   }
-  if (args.best_key != nullptr || !args.any_filtered_row) return;  // shard mode: no row takes the filtered path
+  // Shard mode, or inputs whose rows have no top_k / top_p: no row takes the filtered path.
+  if (args.best_key != nullptr || !args.any_top_k_or_top_p) return;
   filtered_sample_kernel<<<args.rows, kRowThreads, 0, stream>>>(args);
   NANOVLLM_CHECK_LAUNCH("filtered_sample_kernel");
 }

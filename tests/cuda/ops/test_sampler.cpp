@@ -336,26 +336,35 @@ TEST_F(PlainPaths, ManyRowsFullVocab) {
 }
 
 // Inputs that say no row has top_k or top_p on skip the filtered kernel: rows without them (greedy, plain
-// temperature, min_p) get the same tokens as with it, at the full vocabulary and at one and many rows. (With the
-// kernel skipped wrongly, a top_k row would keep whatever its output held: the CPU backend refuses such inputs.)
-TEST_F(SamplerTest, WithoutTopKOrTopPRowsTheSameTokens) {
+// temperature, min_p) get the same tokens as with it, at the full vocabulary and at one and many rows, and a top_k
+// row under such inputs keeps what its output held, which shows the kernel did not run (the CPU backend refuses
+// such inputs).
+TEST_F(SamplerTest, WithoutTopKOrTopPRowsTheFilteredKernelIsSkipped) {
   std::mt19937 rng(61);
   const int64_t vocab = 151936;
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  auto sample = [&](const Tensor& logits, SamplerInputs in, bool any_top_k_or_top_p, int rows) {
+    in.any_top_k_or_top_p = any_top_k_or_top_p;
+    const std::vector<int32_t> sentinel(static_cast<size_t>(rows), -7);
+    Tensor ids = gpu_raw(sentinel, DType::I32, {rows});
+    gpu().sample(logits, in, ids);
+    return read_gpu_i32(ids);
+  };
   for (int rows : {1, 5, 40}) {
     SamplerRows r;
     for (int i = 0; i < rows; ++i) r.add(i % 3 == 0 ? 0.0f : 0.8f, 0, 1.0f, i % 3 == 2 ? 0.05f : 0.0f, 11 * i, 7 + i);
     std::vector<float> logits(static_cast<size_t>(rows) * vocab);
-    std::normal_distribution<float> normal(0.0f, 2.0f);
     for (float& x : logits) x = normal(rng);
     const Tensor x = gpu_raw(logits, DType::F32, {rows, vocab});
-    SamplerInputs in = gpu_inputs(r);
-    Tensor with = gpu_empty(DType::I32, {rows});
-    gpu().sample(x, in, with);
-    in.any_top_k_or_top_p = false;
-    Tensor without = gpu_empty(DType::I32, {rows});
-    gpu().sample(x, in, without);
-    EXPECT_EQ(read_gpu_i32(without), read_gpu_i32(with)) << rows << " rows";
+    EXPECT_EQ(sample(x, gpu_inputs(r), false, rows), sample(x, gpu_inputs(r), true, rows)) << rows << " rows";
   }
+  SamplerRows top_k;
+  top_k.add(0.8f, 20, 1.0f, 0.0f, 5, 3);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (float& x : logits) x = normal(rng);
+  const Tensor x = gpu_raw(logits, DType::F32, {1, vocab});
+  EXPECT_EQ(sample(x, gpu_inputs(top_k), false, 1), std::vector<int32_t>{-7});
+  EXPECT_NE(sample(x, gpu_inputs(top_k), true, 1), std::vector<int32_t>{-7});
 }
 
 // Vocabularies that do not split into float4 (scalar loads), that fill a cluster exactly, that exceed it
