@@ -1,6 +1,7 @@
 // The streamed skinny linear (gemv_streamed.h; docs/kernels/gemv.md, "Streamed"). CTA b of the grid owns the output
 // groups [G b / grid, G (b + 1) / grid) of 8 rows (with the fused SiLU, 8 outputs: 8 gate rows and the 8 up rows of
-// the same outputs), a contiguous byte range of the weight (two with the SiLU). Its last warp copies that range
+// the same outputs), a contiguous byte range of the weight (two with the SiLU); with GemvArgs::group_claims, group b
+// and then the groups it claims one at a time. Its last warp names each group in its first stage and copies it
 // kChunkK columns of a group's 8 rows at a time (one bulk copy a row, issued by 8 lanes) into a ring of kStages
 // shared-memory stages; the other warps take each landed stage together, an eighth of its columns each, with the
 // permuted mma.m16n8k16 of gemv.cu (A = x: 16 token slots, B = W^T: the group's 8 rows), and after a group's last
@@ -53,7 +54,8 @@ constexpr int kStageBytes = kRowsPerGroup * kRowStrideBytes;
 constexpr size_t kBarrierOffset = size_t{kStages} * kStageBytes;
 constexpr size_t kTileOffset = kBarrierOffset + 2 * kStages * sizeof(uint64_t);
 constexpr size_t kInvRmsOffset = kTileOffset + 2 * kComputeWarps * kTileFloats * sizeof(float);
-constexpr size_t kSharedBytes = kInvRmsOffset + kGemvStreamedMaxTokens * sizeof(float);
+constexpr size_t kStageGroupOffset = kInvRmsOffset + kGemvStreamedMaxTokens * sizeof(float);
+constexpr size_t kSharedBytes = kStageGroupOffset + kStages * sizeof(int);
 static_assert(kSharedBytes <= kStepSharedMemoryBytes, "the decode step's shared split holds one CTA");
 
 // Named barrier 1 over the computing warps (the copying warp never joins it).
@@ -67,7 +69,7 @@ template <int kTokenGroups, typename OutT, bool kSwiglu, NormFold kNorm>
 __global__ void __launch_bounds__(kThreads, 1)
     gemv_streamed_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ weight,
                          const __nv_bfloat16* __restrict__ bias, OutT* __restrict__ out, int tokens, int n, int k,
-                         NormFoldParams norm) {
+                         NormFoldParams norm, unsigned* group_claims) {
 #ifdef NANOVLLM_WGMMA
   using attention_detail::bulk_copy_to_shared;
   using attention_detail::mbarrier_arrive;
@@ -83,14 +85,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t empty = full + kStages * 8;      // kStages barriers: every computing thread has read it
   auto* partial = reinterpret_cast<float4*>(shared + kTileOffset);  // [2][warps][32]
   auto* inv_rms = reinterpret_cast<float*>(shared + kInvRmsOffset);
+  // The output group whose first stage a slot holds, written by the copying warp before the stage's arrival: the
+  // computing warps learn each group from it, and -1 (a stage without bytes) ends their loop.
+  auto* stage_group = reinterpret_cast<int*>(shared + kStageGroupOffset);
 
   allow_next_grid();
   constexpr int kHalves = kSwiglu ? 2 : 1;  // weight groups an output group: gate and up rows
   const int out_groups = (n + kRowsPerGroup - 1) / kRowsPerGroup;
-  const int first_group = static_cast<int>(int64_t{out_groups} * blockIdx.x / gridDim.x);
+  const bool claimed = group_claims != nullptr;
+  // Without claims: the contiguous share [first_group, end_group). With them: group blockIdx.x, then claimed ones.
+  const int first_group =
+      claimed ? static_cast<int>(blockIdx.x) : static_cast<int>(int64_t{out_groups} * blockIdx.x / gridDim.x);
   const int end_group = static_cast<int>(int64_t{out_groups} * (blockIdx.x + 1) / gridDim.x);
   const int chunks = (k + kChunkK - 1) / kChunkK;
-  const int total = (end_group - first_group) * kHalves * chunks;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(full + 8 * s, 1);
@@ -102,28 +109,43 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp == kComputeWarps) {  // the copying warp: weights are constant, so no wait for the previous kernel
     if (lane >= kRowsPerGroup) return;
-    // The stage's weight group and chunk are counted, not divided out of s: the division by a runtime chunk count
-    // sat between a stage's release and its next copy.
-    int chunk = -1, weight_group = 0;
-    for (int s = 0; s < total; ++s) {
-      if (++chunk == chunks) chunk = 0, ++weight_group;
-      const int slot = s % kStages, use = s / kStages;
-      const int k0 = chunk * kChunkK;
-      const int group = first_group + weight_group / kHalves;
-      const int row0 = weight_group % kHalves == 1 ? n + group * kRowsPerGroup : group * kRowsPerGroup;
-      const uint32_t row_bytes = static_cast<uint32_t>(min(kChunkK, k - k0)) * 2;
-      // Rows past n (a last partial group, never with the SiLU) are left as they are: their outputs are not stored.
-      const int rows = min(kRowsPerGroup, n - group * kRowsPerGroup);
-      if (lane == 0) {
-        if (use > 0) mbarrier_wait(empty + 8 * slot, (use - 1) & 1);
-        mbarrier_arrive_expect_tx(full + 8 * slot, static_cast<uint32_t>(rows) * row_bytes);
+    // The claim of the group after the current one is issued as the current one starts, so its round trip is hidden
+    // behind the current group's copies.
+    unsigned ahead = claimed && lane == 0 ? atomicAdd(group_claims, 1u) : 0u;
+    int s = 0;
+    for (int group = first_group < (claimed ? out_groups : end_group) ? first_group : -1;;) {
+      for (int half = 0; half < kHalves; ++half) {
+        for (int chunk = 0; chunk < chunks; ++chunk, ++s) {
+          const int slot = s % kStages, use = s / kStages;
+          if (lane == 0) {
+            if (use > 0) mbarrier_wait(empty + 8 * slot, (use - 1) & 1);
+            if (half == 0 && chunk == 0) stage_group[slot] = group;
+          }
+          if (group < 0) {  // the end, as a stage without bytes
+            if (lane == 0) mbarrier_arrive(full + 8 * slot);
+            return;
+          }
+          const int k0 = chunk * kChunkK;
+          const int row0 = half == 1 ? n + group * kRowsPerGroup : group * kRowsPerGroup;
+          const uint32_t row_bytes = static_cast<uint32_t>(min(kChunkK, k - k0)) * 2;
+          // Rows past n (a last partial group, never with the SiLU) are left as they are: their outputs are not
+          // stored.
+          const int rows = min(kRowsPerGroup, n - group * kRowsPerGroup);
+          if (lane == 0) mbarrier_arrive_expect_tx(full + 8 * slot, static_cast<uint32_t>(rows) * row_bytes);
+          __syncwarp(0xffu);
+          if (lane < rows)  // lane r copies row r
+            bulk_copy_to_shared(stages + slot * kStageBytes + lane * kRowStrideBytes,
+                                weight + (static_cast<int64_t>(row0) + lane) * k + k0, row_bytes, full + 8 * slot);
+        }
       }
-      __syncwarp(0xffu);
-      if (lane < rows)  // lane r copies row r
-        bulk_copy_to_shared(stages + slot * kStageBytes + lane * kRowStrideBytes,
-                            weight + (static_cast<int64_t>(row0) + lane) * k + k0, row_bytes, full + 8 * slot);
+      if (claimed) {
+        const int next = static_cast<int>(gridDim.x) + static_cast<int>(__shfl_sync(0xffu, ahead, 0));
+        group = next < out_groups ? next : -1;
+        if (group >= 0 && lane == 0) ahead = atomicAdd(group_claims, 1u);
+      } else {
+        group = group + 1 < end_group ? group + 1 : -1;
+      }
     }
-    return;
   }
 
   wait_for_previous_grid();  // x, the norm's sums and the residual are the previous kernels' outputs
@@ -156,20 +178,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   __nv_bfloat16 residual_in = __float2bfloat16_rn(0.0f);  // kAddResidual: loaded at the group's first stage
   __nv_bfloat16 norm_weight = residual_in;
   float accs[kAccumulators][4] = {};
-  int chunk = -1, weight_group = 0;  // counted, as the copying warp counts them
-  for (int s = 0; s < total; ++s) {
-    if (++chunk == chunks) chunk = 0, ++weight_group;
+  int group = 0, chunk = -1, weight_group = -1;  // weight_group: the stages' half-groups so far, for the tiles' parity
+  int out_row = 0;  // this thread's epilogue element's output row, and whether it is stored
+  bool stored = false;
+  for (int s = 0;; ++s) {
+    if (++chunk == chunks) chunk = 0;
+    if (chunk == 0) ++weight_group;
+    const int half = weight_group % kHalves;
     const int slot = s % kStages, use = s / kStages;
     const int k0 = chunk * kChunkK, chunk_k = min(kChunkK, k - k0);
-    const int group = first_group + weight_group / kHalves;
-    const int out_row = group * kRowsPerGroup + group_row;
-    const bool stored = warp < kEpilogueWarps && token < tokens && out_row < n;
-    if constexpr (kNorm == NormFold::kAddResidual) {
-      if (chunk == 0 && stored) {  // in flight while the group's stages are multiplied
-        residual_in = norm.residual[static_cast<int64_t>(token) * n + out_row];
-        norm_weight = norm.norm_weight[out_row];
-      }
-    }
+    const bool names_group = half == 0 && chunk == 0;  // a group's first stage names it (stage_group)
     // In passes of kPassSteps: each pass's x loads first (they do not wait for the stage), then its weights from the
     // stage, then its mmas; the stage is released once the last pass has read it.
 #pragma unroll
@@ -182,7 +200,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int h = 0; h < kTokenGroups; ++h)
           xv[u][h] = gemv_detail::load_activation_or_zero(x_row[h] + k0 + kk, kk < chunk_k && x_live[h]);
       }
-      if (pass == 0) mbarrier_wait(full + 8 * slot, use & 1);
+      if (pass == 0) {
+        mbarrier_wait(full + 8 * slot, use & 1);
+        if (names_group) {
+          group = stage_group[slot];
+          out_row = group * kRowsPerGroup + group_row;
+          stored = group >= 0 && warp < kEpilogueWarps && token < tokens && out_row < n;
+          if constexpr (kNorm == NormFold::kAddResidual) {
+            if (stored) {  // in flight while the group's stages are multiplied
+              residual_in = norm.residual[static_cast<int64_t>(token) * n + out_row];
+              norm_weight = norm.norm_weight[out_row];
+            }
+          }
+        }
+      }
+      if (group < 0) break;  // the end (the x loads above are of no use)
       const unsigned char* row = shared + slot * kStageBytes + g * kRowStrideBytes;
 #pragma unroll
       for (int u = 0; u < kPassSteps; ++u) {
@@ -199,6 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         gemv_detail::mma_bf16_m16n8k16(accs[u % kAccumulators], lo.z, hi.z, lo.w, hi.w, wv[u].z, wv[u].w);
       }
     }
+    if (group < 0) break;
     if (chunk != chunks - 1) continue;
 
     // The weight group's last stage: the warps' partial tiles, alternating buffers so that one barrier a group
@@ -222,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     const int64_t at = static_cast<int64_t>(token) * n + out_row;
     if constexpr (kSwiglu) {
-      if (weight_group % 2 == 0) {
+      if (half == 0) {
         gate = gemv_detail::round_to_bf16(sum);
       } else if (stored) {
         gemv_detail::store_output(out, at, silu_mul(gate, gemv_detail::round_to_bf16(sum)));
@@ -236,6 +269,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       gemv_detail::store_output(out, at, sum);
     }
   }
+  if (claimed) {  // the last CTA to finish leaves the counters at zero for the call site's next call
+    compute_warps_sync();
+    if (threadIdx.x == 0 && atomicAdd(group_claims + 1, 1u) == gridDim.x - 1) {
+      atomicExch(group_claims, 0u);
+      atomicExch(group_claims + 1, 0u);
+    }
+  }
 #endif
 }
 
@@ -246,7 +286,8 @@ void launch(const GemvArgs& a, int sm_count, cudaStream_t stream) {
   auto kernel = gemv_streamed_kernel<kTokenGroups, OutT, kSwiglu, kNorm>;
   attention_detail::allow_dynamic_smem(kernel, kSharedBytes, "gemv_streamed");
   launch_programmatic("gemv_streamed_kernel", kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), kSharedBytes,
-                      stream, a.x, a.weight, a.bias, static_cast<OutT*>(a.out), a.tokens, a.n, a.k, a.norm);
+                      stream, a.x, a.weight, a.bias, static_cast<OutT*>(a.out), a.tokens, a.n, a.k, a.norm,
+                      a.group_claims);
 }
 
 template <typename OutT, bool kSwiglu = false, NormFold kNorm = NormFold::kNone>
