@@ -12,7 +12,6 @@
 #include "backend/cuda/call_timing.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
-#include "backend/cuda/gemv_streamed.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/sm90a_code.h"
 #include "common/error.h"
@@ -25,8 +24,6 @@ cudaDataType_t cuda_type(DType t) { return t == DType::F32 ? CUDA_R_32F : CUDA_R
 
 // Arrival counters for the skinny GEMM's K-split tiles: enough for 64-row tiles of weights up to 256 Ki rows.
 constexpr int kSkinnyCounters = 4096;
-// Call sites (weights) whose streamed GEMV claims its groups: a model's projections and lm_head, with room.
-constexpr int kStreamClaimSites = 1024;
 
 // The row counts measure_small_row_paths times: index i is 2^i rows.
 constexpr std::array<int, 5> kMeasuredRows{1, 2, 4, 8, 16};
@@ -43,16 +40,6 @@ Gemm::Gemm(void* workspace, size_t workspace_bytes) : workspace_(workspace), wor
   NANOVLLM_CUDA_CHECK(cudaMalloc(&counters, kSkinnyCounters * sizeof(unsigned)));
   skinny_counters_.reset(counters);
   NANOVLLM_CUDA_CHECK(cudaMemset(counters, 0, kSkinnyCounters * sizeof(unsigned)));
-  unsigned* claims = nullptr;
-  NANOVLLM_CUDA_CHECK(cudaMalloc(&claims, 2 * kStreamClaimSites * sizeof(unsigned)));
-  stream_claims_.reset(claims);
-  NANOVLLM_CUDA_CHECK(cudaMemset(claims, 0, 2 * kStreamClaimSites * sizeof(unsigned)));
-  // NANOVLLM_GEMV_CLAIMS=1 has the streamed GEMV's CTAs claim their groups (GemvArgs::group_claims; A/B runs).
-  if (const char* claims_env = std::getenv("NANOVLLM_GEMV_CLAIMS"); claims_env != nullptr && *claims_env != '\0') {
-    if (std::strcmp(claims_env, "0") != 0 && std::strcmp(claims_env, "1") != 0)
-      throw InvalidInput("NANOVLLM_GEMV_CLAIMS is " + quoted_text(claims_env) + "; expected 0 or 1");
-    claims_enabled_ = std::strcmp(claims_env, "1") == 0;
-  }
   // NANOVLLM_SKINNY_GEMM=N sends it no calls of more than N rows (0: none; A/B runs).
   if (const char* rows = std::getenv("NANOVLLM_SKINNY_GEMM"); rows != nullptr && *rows != '\0') {
     int value = 0;
@@ -127,18 +114,8 @@ bool Gemm::run_gemv_or_skinny(const GemvArgs& args, cudaStream_t stream) {
     }
   }
   if (!gemv) return false;
-  GemvArgs call = args;
-  if (claims_enabled_ && args.weight != nullptr && gemv_streamed_takes(args))
-    call.group_claims = claims_for(args.weight);
-  launch_gemv(call, sm_count_, stream);
+  launch_gemv(args, sm_count_, stream);
   return true;
-}
-
-// A weight is one call site: the same weight is never streamed by two calls at once (calls of one stream), and its
-// calls leave the counters at zero. Past kStreamClaimSites weights the calls keep fixed shares.
-unsigned* Gemm::claims_for(const void* weight) {
-  const auto at = claim_site_by_weight_.try_emplace(weight, static_cast<int>(claim_site_by_weight_.size())).first;
-  return at->second < kStreamClaimSites ? stream_claims_.get() + 2 * at->second : nullptr;
 }
 
 SkinnyGemmWorkspace Gemm::skinny_workspace() const {

@@ -104,12 +104,6 @@ class Gemm {
   size_t workspace_bytes_;
   // The skinny GEMM's arrival counters, one a 64-row tile (its partials use workspace_).
   std::unique_ptr<unsigned, DeviceFree> skinny_counters_;
-  // The streamed GEMV's group claims (NANOVLLM_GEMV_CLAIMS=1, measured slower; an A/B switch): two counters a call
-  // site, the site found by its weight.
-  unsigned* claims_for(const void* weight);
-  std::unique_ptr<unsigned, DeviceFree> stream_claims_;
-  std::map<const void*, int> claim_site_by_weight_;
-  bool claims_enabled_ = false;
   int skinny_max_rows_ = kSkinnyGemmMaxTokens;  // or NANOVLLM_SKINNY_GEMM's, a cap for A/B runs
   std::map<ShapeKey, cublasLtMatmulAlgo_t> algo_by_bucket_;
   std::map<ShapeKey, Plan> plans_;

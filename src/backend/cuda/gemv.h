@@ -78,11 +78,6 @@ struct GemvArgs {
   bool swiglu = false;
   // An RMSNorm folded into the calls around it (NormFoldParams above), one side per call.
   NormFoldParams norm{};
-  // The streamed kernel (gemv_streamed.h) only: this call site's two counters [groups claimed, CTAs finished], zero
-  // before the call and left at zero after it. With them the CTAs claim their output groups one at a time after a
-  // first one each, so CTAs that start late (their SM busy with the kernel ahead) take fewer; without, each CTA
-  // takes a fixed contiguous share.
-  unsigned* group_claims = nullptr;
 };
 
 // The most rows the GEMV takes for a weight of weight_elements elements (the fused SiLU's 2n x k), bf16 or FP8 codes:

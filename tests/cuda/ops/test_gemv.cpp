@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -201,67 +200,6 @@ TEST_F(GemvTest, StreamedFoldsMatchRoundsKernel) {
       if (HasFailure()) return;
     }
   }
-}
-
-// Claimed groups (GemvArgs::group_claims) give the same bits as fixed shares: each output group is still one CTA's,
-// computed the same way, whichever CTA claims it. Plain, fused-SiLU and residual calls, one group a CTA and many (3
-// SMs), each twice on the same counters, which every call must leave at zero.
-TEST_F(GemvTest, StreamedClaimedGroupsMatchFixedShares) {
-  if (const std::string why = streamed_kernel_absent(); !why.empty()) GTEST_SKIP() << why;
-  const int n = 1008, k = 3080;  // 126 output groups, a partial last stage
-  const Tensor w = gpu_bf16(random_bf16_values(rng_, int64_t{2} * n * k, 0.1f), {2 * n, k});
-  const Tensor norm_weight = gpu_bf16(random_bf16_values(rng_, n), {n});
-  Tensor claims = gpu_raw(std::vector<uint32_t>{0, 0}, DType::I32, {2});
-  for (const int sms : {0, 3}) {
-    for (const int t : {1, 4, 9}) {
-      const std::string where = "T=" + std::to_string(t) + " SMs=" + std::to_string(sms);
-      const Tensor x = gpu_bf16(random_bf16_values(rng_, int64_t{t} * k), {t, k});
-      const auto residual_values = random_bf16_values(rng_, int64_t{t} * n);
-      const int launch_sms = sms == 0 ? sm_count() : sms;
-      for (int repeat = 0; repeat < 2; ++repeat) {
-        for (const bool swiglu : {false, true}) {
-          std::vector<uint8_t> outs[2];
-          for (const bool claimed : {false, true}) {
-            Tensor out = gpu_empty(DType::BF16, {t, n});
-            cuda::GemvArgs a{x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, out.data, DType::BF16, t, n, k};
-            a.swiglu = swiglu;
-            if (claimed) a.group_claims = static_cast<unsigned*>(claims.data);
-            cuda::launch_gemv_streamed(a, launch_sms, gpu().stream());
-            outs[claimed] = read_gpu_bytes(out);
-          }
-          EXPECT_EQ(outs[1], outs[0]) << where << (swiglu ? ", fused SiLU" : ", plain");
-          EXPECT_EQ(read_gpu_i32(claims), (std::vector<int32_t>{0, 0})) << where << ": counters left";
-        }
-        ResidualCall calls[2] = {residual_call(x, w, norm_weight, residual_values, t, n, k),
-                                 residual_call(x, w, norm_weight, residual_values, t, n, k)};
-        calls[1].args.group_claims = static_cast<unsigned*>(claims.data);
-        for (ResidualCall& call : calls) {
-          cuda::launch_gemv_streamed(call.args, launch_sms, gpu().stream());
-          finish(call, where);
-        }
-        EXPECT_EQ(calls[1].residual_values, calls[0].residual_values) << where << ": residual";
-        EXPECT_EQ(calls[1].out_values, calls[0].out_values) << where << ": residual x weight";
-        EXPECT_EQ(calls[1].sum_words, calls[0].sum_words) << where << ": sums of squares";
-        EXPECT_EQ(read_gpu_i32(claims), (std::vector<int32_t>{0, 0})) << where << ": counters left";
-        if (HasFailure()) return;
-      }
-    }
-  }
-}
-
-// NANOVLLM_GEMV_CLAIMS (an A/B switch) takes 0 or 1; anything else is refused by name when the GEMM is made.
-TEST_F(GemvTest, ClaimsSwitchFromTheEnvironment) {
-  Tensor workspace = gpu_empty(DType::BF16, {16 << 20}, false);  // 32 MiB
-  for (const char* good : {"0", "1", ""}) {
-    ASSERT_EQ(setenv("NANOVLLM_GEMV_CLAIMS", good, 1), 0);
-    EXPECT_NO_THROW(cuda::Gemm(workspace.data, workspace.bytes())) << "NANOVLLM_GEMV_CLAIMS=\"" << good << "\"";
-  }
-  for (const char* bad : {"yes", "2", "1x"}) {
-    ASSERT_EQ(setenv("NANOVLLM_GEMV_CLAIMS", bad, 1), 0);
-    nanovllm::testing::expect_invalid([&] { cuda::Gemm(workspace.data, workspace.bytes()); },
-                                      {"NANOVLLM_GEMV_CLAIMS", bad});
-  }
-  ASSERT_EQ(unsetenv("NANOVLLM_GEMV_CLAIMS"), 0);
 }
 
 // Above 16 tokens a grid under one wave runs as two slices of 16 tokens (gemv.cu's layout_for). The grid follows the
