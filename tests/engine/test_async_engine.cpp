@@ -6,7 +6,9 @@
 #include <chrono>
 #include <ctime>
 #include <map>
+#include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -108,13 +110,23 @@ TEST(AsyncEngine, ManyThreadsSubmitReadAndAbort) {
   for (int v = 0; v < kVariants; ++v)
     alone.push_back(engine.submit(Prompt::from_tokens(prompt(v)), params(v))->result());
 
-  std::atomic<int> completed{0}, aborted{0}, failed{0};
+  std::atomic<int> completed{0}, aborted{0};
   std::atomic<bool> storm_over{false};
+  // What went wrong, each failure named, so that a rare one says which check it was.
+  std::mutex failures_mutex;
+  std::vector<std::string> failures;
+  const auto fail = [&](std::string what) {
+    const std::lock_guard<std::mutex> lock(failures_mutex);
+    failures.push_back(std::move(what));
+  };
   // A server's metrics endpoint reads the stats while the engine steps.
   std::thread monitor([&] {
     while (!storm_over) {
       const EngineStats s = engine.stats();
-      if (s.num_free_kv_blocks > s.num_kv_blocks || s.num_running > 32 || !engine.healthy()) ++failed;
+      if (s.num_free_kv_blocks > s.num_kv_blocks || s.num_running > 32 || !engine.healthy())
+        fail("stats: " + std::to_string(s.num_free_kv_blocks) + " of " + std::to_string(s.num_kv_blocks) +
+             " blocks free, " + std::to_string(s.num_running) + " running, healthy " +
+             std::to_string(engine.healthy()));
       std::this_thread::yield();
     }
   });
@@ -143,17 +155,21 @@ TEST(AsyncEngine, ManyThreadsSubmitReadAndAbort) {
           out.append(std::move(*d));
           if (abort_later) engine.abort(stream->request_id());
         }
+        const std::string which = "variant " + std::to_string(v) + ": ";
         if (!out.error.empty() || !out.finished) {
-          ++failed;
+          fail(which + "not finished, error '" + out.error + "'");
         } else if (out.finish_reason == "abort") {
           ++aborted;
           const auto& full = alone[v].token_ids;
           if (out.token_ids.size() > full.size() ||
               !std::equal(out.token_ids.begin(), out.token_ids.end(), full.begin()))
-            ++failed;
+            fail(which + "aborted with " + testing::PrintToString(out.token_ids) + ", not a prefix of " +
+                 testing::PrintToString(full));
         } else {
           ++completed;
-          if (out.token_ids != alone[v].token_ids || out.finish_reason != alone[v].finish_reason) ++failed;
+          if (out.token_ids != alone[v].token_ids || out.finish_reason != alone[v].finish_reason)
+            fail(which + testing::PrintToString(out.token_ids) + " (" + out.finish_reason + ") where alone " +
+                 testing::PrintToString(alone[v].token_ids) + " (" + alone[v].finish_reason + ")");
         }
       }
     });
@@ -161,7 +177,7 @@ TEST(AsyncEngine, ManyThreadsSubmitReadAndAbort) {
   for (std::thread& t : threads) t.join();
   storm_over = true;
   monitor.join();
-  EXPECT_EQ(failed.load(), 0);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failures, the first: " << failures.front();
   EXPECT_EQ(completed + aborted, kThreads * kPerThread);
   EXPECT_GT(aborted.load(), 0);
   EXPECT_GT(completed.load(), kThreads * kPerThread / 2);
